@@ -1,0 +1,1 @@
+"""nerd: Neural Robot Dynamics on Newton."""
