@@ -1,0 +1,150 @@
+"""Ant: the classic MuJoCo ant (free torso + 4 legs of 2 hinges) as the NeRD release built it.
+
+The release's MJCF importer applied the file's default geom density (5 kg/m^3) only to the torso sphere and
+kept density 1000 for every capsule, so its ant weighs 117.05 kg; its data, models and rewards all come from
+this ant (a lighter parse with the same contact stiffness goes unstable). The bodies are therefore built
+here from primitives with explicit densities rather than imported (Newton's MJCF importer gives the same
+file a 0.91 kg ant):
+
+* torso 31.654 kg: sphere r 0.25 (density 5) + four hip capsules (r 0.08, half-length 0.1414, density 1000);
+* four upper legs, 7.832 kg each: capsule r 0.08, half-length 0.1414;
+* four lower legs, 13.518 kg each: capsule r 0.08, half-length 0.2828.
+
+Inertias are those of these shapes at these densities (Newton integrates them). Legs lie in the torso's
+local xy plane along the diagonals; hips turn about z (+-0.698 rad), ankles about the horizontal axis
+perpendicular to the leg.
+"""
+
+from __future__ import annotations
+
+import math
+
+import newton
+import numpy as np
+import torch
+import warp as wp
+
+from envs.environment import Environment, uniform
+from nerd.frames import quat_from_euler_xyz, quat_rotate
+
+TORSO_RADIUS = 0.25  # [m]
+TORSO_DENSITY = 5.0  # [kg/m^3]
+LEG_RADIUS = 0.08  # [m]
+LEG_DENSITY = 1000.0  # [kg/m^3]
+HIP_REACH = 0.2  # [m] x and y extent of the hip and upper-leg capsules
+ANKLE_REACH = 0.4  # [m] x and y extent of the lower-leg capsules
+HIP_LIMIT = 0.698  # [rad]
+ANKLE_LIMITS = (0.524, 1.745)  # [rad]
+ARMATURE = 0.05
+JOINT_LIMIT_KE, JOINT_LIMIT_KD = 1.0e3, 1.0e2
+CONTACT_KE, CONTACT_KD, CONTACT_KF, CONTACT_MU = 4.0e4, 1.0e2, 3.0e3, 0.75
+ACTION_SCALE = 400.0  # [N·m] per unit action
+START_HEIGHT = 0.75  # [m] torso height of the default state
+# Legs in MuJoCo order: (name, direction in the torso's xy plane, ankle axis, sign of the ankle range).
+LEGS = (
+    ("front_left", (1.0, 1.0), (-1.0, 1.0, 0.0), 1.0),
+    ("front_right", (-1.0, 1.0), (1.0, 1.0, 0.0), -1.0),
+    ("back_left", (-1.0, -1.0), (-1.0, 1.0, 0.0), -1.0),
+    ("back_right", (1.0, -1.0), (1.0, 1.0, 0.0), 1.0),
+)
+# Data generation (spec §8).
+INIT_HEIGHT_RANGE = (1.0, 1.3)  # [m]
+INIT_TILT_RANGE = 0.5  # [rad] roll and pitch uniform in +-this; yaw uniform in +-pi
+INIT_HIP_RANGE = math.radians(40.0)
+INIT_ANG_VEL_RANGE = math.pi  # [rad/s] body-frame angular velocity
+INIT_LIN_VEL_RANGE = 1.0  # [m/s] body-frame linear velocity
+INIT_JOINT_VEL_RANGE = 2.0 * math.pi  # [rad/s]
+TORQUE_NOISE_SCALE = 400.0  # [N·m]
+
+
+def _capsule_along(direction: np.ndarray, length: float) -> tuple[wp.transform, float]:
+    """Transform and half-height of a capsule from the body origin to ``direction * length``."""
+    unit = direction / np.linalg.norm(direction)
+    # Rotate the capsule's local z onto ``unit`` (a horizontal direction): about the perpendicular axis by 90 deg.
+    axis = np.cross([0.0, 0.0, 1.0], unit)
+    rot = wp.quat_from_axis_angle(wp.vec3(*axis), math.pi / 2)
+    centre = 0.5 * length * unit
+    return wp.transform(tuple(centre), rot), 0.5 * length
+
+
+class Ant(Environment):
+    """MuJoCo ant, 15/14 DoF (free base + 8 hinges), 25 contact candidates, 117.05 kg."""
+
+    name = "Ant"
+    frame_dt = 1.0 / 60.0
+    sim_substeps = 16
+    states_frame = "body"
+    anchor_body = 0
+
+    def build_robot(self, builder: newton.ModelBuilder) -> None:
+        """Add the torso (free joint) and the four two-hinge legs."""
+        leg_cfg = newton.ModelBuilder.ShapeConfig(
+            density=LEG_DENSITY, ke=CONTACT_KE, kd=CONTACT_KD, kf=CONTACT_KF, mu=CONTACT_MU
+        )
+        torso_cfg = leg_cfg.copy()
+        torso_cfg.density = TORSO_DENSITY
+        torso = builder.add_link(xform=wp.transform((0.0, 0.0, START_HEIGHT), wp.quat_identity()), label="torso")
+        builder.add_shape_sphere(torso, radius=TORSO_RADIUS, cfg=torso_cfg)
+        joints = [builder.add_joint_free(torso, label="root")]
+        for name, (dx, dy), ankle_axis, ankle_sign in LEGS:
+            diag = np.array([dx, dy, 0.0])
+            hip_len = HIP_REACH * math.sqrt(2.0)
+            xform, half = _capsule_along(diag, hip_len)
+            builder.add_shape_capsule(torso, xform=xform, radius=LEG_RADIUS, half_height=half, cfg=leg_cfg)
+            upper = builder.add_link(label=f"{name}_upper")
+            builder.add_shape_capsule(upper, xform=xform, radius=LEG_RADIUS, half_height=half, cfg=leg_cfg)
+            joints.append(
+                builder.add_joint_revolute(
+                    torso, upper, parent_xform=wp.transform(tuple(HIP_REACH * diag), wp.quat_identity()),
+                    axis=(0.0, 0.0, 1.0), limit_lower=-HIP_LIMIT, limit_upper=HIP_LIMIT,
+                    limit_ke=JOINT_LIMIT_KE, limit_kd=JOINT_LIMIT_KD, armature=ARMATURE, label=f"{name}_hip",
+                )
+            )
+            lower = builder.add_link(label=f"{name}_lower")
+            xform, half = _capsule_along(diag, ANKLE_REACH * math.sqrt(2.0))
+            builder.add_shape_capsule(lower, xform=xform, radius=LEG_RADIUS, half_height=half, cfg=leg_cfg)
+            ankle_axis = np.asarray(ankle_axis) / np.linalg.norm(ankle_axis)
+            low, high = ANKLE_LIMITS if ankle_sign > 0 else (-ANKLE_LIMITS[1], -ANKLE_LIMITS[0])
+            joints.append(
+                builder.add_joint_revolute(
+                    upper, lower, parent_xform=wp.transform(tuple(HIP_REACH * diag), wp.quat_identity()),
+                    axis=tuple(ankle_axis), limit_lower=low, limit_upper=high,
+                    limit_ke=JOINT_LIMIT_KE, limit_kd=JOINT_LIMIT_KD, armature=ARMATURE, label=f"{name}_ankle",
+                )
+            )
+        builder.add_articulation(joints, label="ant")
+
+    def compute_torques(self, actions: torch.Tensor) -> torch.Tensor:
+        """Hinge torques = clamp(a, -1, 1) * 400 N·m."""
+        return actions.clamp(-1.0, 1.0) * ACTION_SCALE
+
+    def default_states(self, n: int) -> torch.Tensor:
+        """Upright torso at 0.75 m, joints at zero (or at the nearest limit), at rest: (n, 29)."""
+        q = torch.zeros(n, self.dof_q)
+        q[:, 2] = START_HEIGHT
+        q[:, 6] = 1.0
+        for leg, (*_, ankle_sign) in enumerate(LEGS):
+            q[:, 7 + 2 * leg + 1] = ankle_sign * ANKLE_LIMITS[0]
+        return torch.cat([q, torch.zeros(n, self.dof_qd)], dim=1).to(self.torch_device)
+
+    def sample_initial_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """Torso 1.0-1.3 m high with random yaw and tilt, joints within range, random velocities (spec §8)."""
+        height = uniform(INIT_HEIGHT_RANGE[0], INIT_HEIGHT_RANGE[1], n, generator)
+        euler = uniform((-INIT_TILT_RANGE, -INIT_TILT_RANGE, -math.pi), (INIT_TILT_RANGE, INIT_TILT_RANGE, math.pi), n, generator)
+        quat = quat_from_euler_xyz(euler)
+        joints = []
+        for *_, ankle_sign in LEGS:
+            hip = uniform(-INIT_HIP_RANGE, INIT_HIP_RANGE, n, generator)
+            ankle = ankle_sign * uniform(ANKLE_LIMITS[0], ANKLE_LIMITS[1], n, generator)
+            joints += [hip, ankle]
+        position = torch.cat([torch.zeros(n, 2), height], dim=1)
+        # Velocities are drawn in the torso frame and rotated to the world (Newton's free-joint convention).
+        lin = quat_rotate(quat, uniform([-INIT_LIN_VEL_RANGE] * 3, [INIT_LIN_VEL_RANGE] * 3, n, generator))
+        ang = quat_rotate(quat, uniform([-INIT_ANG_VEL_RANGE] * 3, [INIT_ANG_VEL_RANGE] * 3, n, generator))
+        joint_vel = uniform([-INIT_JOINT_VEL_RANGE] * 8, [INIT_JOINT_VEL_RANGE] * 8, n, generator)
+        states = torch.cat([position, quat, *joints, lin, ang, joint_vel], dim=1)
+        return states.to(self.torch_device)
+
+    def sample_random_torques(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """Hinge torques uniform in [-400, 400] N·m."""
+        return uniform([-TORQUE_NOISE_SCALE] * 8, [TORQUE_NOISE_SCALE] * 8, n, generator).to(self.torch_device)

@@ -1,0 +1,83 @@
+"""Cartpole: a cart on a prismatic rail along +x and a continuous pole hinged about +y.
+
+Physical parameters follow the public NeRD release so that policies transfer between implementations. Its
+URDF importer ignored the URDF's inertial tags and derived mass and inertia from the collision boxes at
+1000 kg/m^3; we state the same geometry and let Newton integrate it: cart 0.5 x 0.5 x 0.2 m -> 50 kg,
+pole 0.05 x 0.05 x 1.0 m centred 0.5 m above the hinge -> 2.5 kg, 0.2089 kg·m^2 about its centre.
+theta = 0 is the pole upright; positive theta tilts the tip towards +x.
+"""
+
+from __future__ import annotations
+
+import newton
+import torch
+import warp as wp
+
+from envs.environment import Environment, uniform
+
+DENSITY = 1000.0  # [kg/m^3]
+CART_HALF_EXTENTS = (0.25, 0.25, 0.1)  # [m]
+POLE_HALF_EXTENTS = (0.025, 0.025, 0.5)  # [m]
+ARMATURE = 0.01
+RAIL_LIMIT = 4.0  # [m]
+RAIL_LIMIT_KE = 1.0e4
+RAIL_LIMIT_KD = 10.0
+ACTION_SCALE = 1500.0  # [N] cart force per unit action
+# Data generation (spec §8): initial states and white-noise force amplitude.
+INIT_Q_RANGE = (3.5, torch.pi)
+INIT_QD_RANGE = (10.0, 10.0)
+TORQUE_NOISE_SCALE = (1500.0, 0.0)
+
+
+class Cartpole(Environment):
+    """Cart-pole, 2 DoF (cart x [m], pole theta [rad]); only the cart is actuated."""
+
+    name = "Cartpole"
+    frame_dt = 1.0 / 60.0
+    sim_substeps = 5
+    states_frame = "world"
+    continuous_q_indices = (1,)
+    anchor_body = 0
+
+    def build_robot(self, builder: newton.ModelBuilder) -> None:
+        """Add the cart (prismatic along x) and the pole (revolute about y, unlimited)."""
+        # Cartpole has no contacts: shapes only carry mass and inertia.
+        cfg = newton.ModelBuilder.ShapeConfig(density=DENSITY, has_shape_collision=False, has_particle_collision=False)
+        cart = builder.add_link(label="cart")
+        builder.add_shape_box(cart, hx=CART_HALF_EXTENTS[0], hy=CART_HALF_EXTENTS[1], hz=CART_HALF_EXTENTS[2], cfg=cfg)
+        pole = builder.add_link(label="pole")
+        builder.add_shape_box(
+            pole,
+            xform=wp.transform((0.0, 0.0, POLE_HALF_EXTENTS[2]), wp.quat_identity()),
+            hx=POLE_HALF_EXTENTS[0],
+            hy=POLE_HALF_EXTENTS[1],
+            hz=POLE_HALF_EXTENTS[2],
+            cfg=cfg,
+        )
+        rail = builder.add_joint_prismatic(
+            -1, cart, axis=(1.0, 0.0, 0.0), limit_lower=-RAIL_LIMIT, limit_upper=RAIL_LIMIT,
+            limit_ke=RAIL_LIMIT_KE, limit_kd=RAIL_LIMIT_KD, armature=ARMATURE, label="slider",
+        )
+        hinge = builder.add_joint_revolute(
+            cart, pole, axis=(0.0, 1.0, 0.0), limit_ke=0.0, limit_kd=0.0, armature=ARMATURE, label="pole_hinge"
+        )
+        builder.add_articulation([rail, hinge], label="cartpole")
+
+    @property
+    def action_dim(self) -> int:
+        """One action: the cart force, in [-1, 1]."""
+        return 1
+
+    def compute_torques(self, actions: torch.Tensor) -> torch.Tensor:
+        """Cart force = clamp(a, -1, 1) * 1500 N; the pole hinge is passive."""
+        force = actions.clamp(-1.0, 1.0) * ACTION_SCALE
+        return torch.cat([force, torch.zeros_like(force)], dim=1)
+
+    def sample_initial_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """x in [-3.5, 3.5] m, theta in [-pi, pi], both rates in [-10, 10]."""
+        high = (*INIT_Q_RANGE, *INIT_QD_RANGE)
+        return uniform([-h for h in high], high, n, generator).to(self.torch_device)
+
+    def sample_random_torques(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """Cart force uniform in [-1500, 1500] N, no pole torque."""
+        return uniform([-s for s in TORQUE_NOISE_SCALE], TORQUE_NOISE_SCALE, n, generator).to(self.torch_device)

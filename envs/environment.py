@@ -1,0 +1,255 @@
+"""Base class of the Newton robot environments: N parallel copies of one robot in one Newton model.
+
+A frame is one call of :meth:`Environment.step_with_joint_act`: ``sim_substeps`` solver steps with the
+joint torques held constant, then the collision stage (installed by
+:class:`nerd.contacts.AbstractContactEnvironment`, absent for contact-free robots), so the contact set always
+describes the current state and is what the next frame's solver consumes. States and torques are exchanged as
+torch tensors of shape (N, ·) that share memory with the Warp arrays, so nothing is copied per frame.
+
+State vector of one env: ``[joint_q (dof_q), joint_qd (dof_qd)]`` in Newton's conventions. For a free
+joint, ``joint_q = [p (3) world position of the body origin, quaternion (4) xyzw]`` and
+``joint_qd = [v (3) linear velocity of the body's centre of mass in world axes, w (3) angular velocity in
+world axes]`` (Newton 1.8: linear first). ``nerd.representation`` builds the robot-centric view on top.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import ClassVar
+
+import newton
+import numpy as np
+import torch
+import warp as wp
+
+SOLVERS: dict[str, Callable[[newton.Model], newton.solvers.SolverBase]] = {
+    "featherstone": lambda model: newton.solvers.SolverFeatherstone(model),
+    "xpbd": lambda model: newton.solvers.SolverXPBD(model),
+    "mujoco": lambda model: newton.solvers.SolverMuJoCo(model),
+}
+"""Ground-truth solvers by name. Featherstone is the paper's ground truth and the default."""
+
+# Solvers that integrate maximal coordinates (body_q/body_qd) and leave joint_q/joint_qd stale.
+_MAXIMAL_COORDINATE_SOLVERS = ("xpbd",)
+
+
+class Environment:
+    """N copies of one robot, stepped together by a Newton solver.
+
+    Subclasses describe one robot: its constants, :meth:`build_robot`, its controller
+    (:meth:`compute_torques`) and its data samplers (:meth:`sample_initial_states`,
+    :meth:`sample_random_torques`). Everything else (replication, stepping, graph capture, state access)
+    lives here once.
+
+    Args:
+        num_envs: Number of parallel copies N.
+        device: Warp/torch device, e.g. ``"cpu"`` or ``"cuda:0"``.
+        solver: Ground-truth solver name, one of :data:`SOLVERS`.
+        use_graph: Capture the frame step as a Warp graph (CPU and CUDA) and replay it. The uncaptured
+            path is kept for debugging and for differentiable use.
+    """
+
+    name: ClassVar[str] = ""
+    frame_dt: ClassVar[float] = 1.0 / 60.0
+    """Duration of one frame [s]; one NeRD prediction covers one frame."""
+    sim_substeps: ClassVar[int] = 1
+    """Solver steps per frame; torques are held constant over them."""
+    states_frame: ClassVar[str] = "world"
+    """Frame of the model's state inputs: ``"world"`` or ``"body"`` (robot-centric, spec §5)."""
+    continuous_q_indices: ClassVar[tuple[int, ...]] = ()
+    """Joint coordinates (within one env's joint_q) of continuous revolute joints, wrapped into [-pi, pi)."""
+    anchor_body: ClassVar[int] = 0
+    """Body (within one env) whose pose is the robot-centric anchor: the base, or the first moving link."""
+    default_solver: ClassVar[str] = "featherstone"
+
+    def __init__(self, num_envs: int, device: str = "cpu", solver: str | None = None, use_graph: bool = True):
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be at least 1, got {num_envs}")
+        solver = solver or self.default_solver
+        if solver not in SOLVERS:
+            raise ValueError(f"unknown solver '{solver}'; valid solvers: {', '.join(SOLVERS)}")
+        self.num_envs = num_envs
+        self.device = wp.get_device(device)
+        self.torch_device = wp.device_to_torch(self.device)
+        self.solver_name = solver
+        self.use_graph = use_graph
+        self.sim_dt = self.frame_dt / self.sim_substeps
+
+        robot = newton.ModelBuilder(up_axis=newton.Axis.Z, gravity=(0.0, 0.0, -9.81))
+        self.build_robot(robot)
+        self.bodies_per_env = robot.body_count
+        self.shapes_per_env = robot.shape_count
+        builder = newton.ModelBuilder(up_axis=newton.Axis.Z, gravity=(0.0, 0.0, -9.81))
+        # Separate worlds: copies never collide with each other.
+        builder.replicate(robot, num_envs)
+        self.model = builder.finalize(device=self.device)
+        try:
+            self.solver = SOLVERS[solver](self.model)
+        except ImportError as err:
+            raise RuntimeError(f"solver '{solver}' is not available in this install: {err}") from err
+
+        self.state_0 = self.model.state()
+        self.state_1 = self.model.state()
+        self.control = self.model.control()
+        self.contacts: newton.Contacts | None = None
+        self._collide: Callable[[], None] | None = None
+        self._graph = None
+
+        self.dof_q = self.model.joint_coord_count // num_envs
+        self.dof_qd = self.model.joint_dof_count // num_envs
+        joint_type = self.model.joint_type.numpy()[: len(self.model.joint_type) // num_envs]
+        self.floating_base = bool(np.any(joint_type == newton.JointType.FREE))
+        # Joint torques are exchanged for the non-free DoFs only (a free joint has no actuator).
+        self.act_dof_indices = list(range(6, self.dof_qd)) if self.floating_base else list(range(self.dof_qd))
+        self.act_dim = len(self.act_dof_indices)
+
+        self._joint_q = wp.to_torch(self.state_0.joint_q).view(num_envs, self.dof_q)
+        self._joint_qd = wp.to_torch(self.state_0.joint_qd).view(num_envs, self.dof_qd)
+        self._joint_f = wp.to_torch(self.control.joint_f).view(num_envs, self.dof_qd)
+        self._body_q = wp.to_torch(self.state_0.body_q).view(num_envs, self.bodies_per_env, 7)
+        self.joint_acts = torch.zeros(num_envs, self.act_dim, device=self.torch_device)
+        """Torques applied in the last frame, (N, act_dim) [N·m or N]."""
+        newton.eval_fk(self.model, self.state_0.joint_q, self.state_0.joint_qd, self.state_0)
+
+    # ----------------------------------------------------------------------------------------------
+    # robot description: implemented once per robot module
+    def build_robot(self, builder: newton.ModelBuilder) -> None:
+        """Add one copy of the robot (bodies, joints, shapes, articulation) to ``builder``."""
+        raise NotImplementedError
+
+    def compute_torques(self, actions: torch.Tensor) -> torch.Tensor:
+        """Controller: map policy actions (N, action_dim) to joint torques (N, act_dim)."""
+        raise NotImplementedError
+
+    def sample_initial_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """Random initial states (n, dof_q + dof_qd) for data generation (spec §8), world frame."""
+        raise NotImplementedError
+
+    def sample_random_torques(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """White-noise joint torques (n, act_dim) for data generation (spec §8)."""
+        raise NotImplementedError
+
+    @property
+    def action_dim(self) -> int:
+        """Width of the action vector taken by :meth:`step`."""
+        return self.act_dim
+
+    # ----------------------------------------------------------------------------------------------
+    # state access
+    @property
+    def state_dim(self) -> int:
+        """Width of one env's state vector, dof_q + dof_qd."""
+        return self.dof_q + self.dof_qd
+
+    def get_states(self) -> torch.Tensor:
+        """Copy of the current states, (N, dof_q + dof_qd), world frame."""
+        self.synchronize()
+        return torch.cat([self._joint_q, self._joint_qd], dim=1).clone()
+
+    def set_states(self, states: torch.Tensor, env_ids: Sequence[int] | torch.Tensor | None = None) -> None:
+        """Overwrite the states of ``env_ids`` (all envs if None) and update body poses.
+
+        Args:
+            states: (len(env_ids), dof_q + dof_qd) joint coordinates and velocities, world frame.
+            env_ids: Indices of the envs to overwrite.
+        """
+        rows = slice(None) if env_ids is None else torch.as_tensor(env_ids, device=self.torch_device)
+        expected = self.num_envs if env_ids is None else len(rows)
+        if states.shape != (expected, self.state_dim):
+            raise ValueError(
+                f"{self.name}: states must have shape ({expected}, {self.state_dim}), got {tuple(states.shape)}"
+            )
+        states = states.to(self.torch_device, torch.float32)
+        self._joint_q[rows] = states[:, : self.dof_q]
+        self._joint_qd[rows] = states[:, self.dof_q :]
+        self._sync_torch_to_warp()
+        newton.eval_fk(self.model, self.state_0.joint_q, self.state_0.joint_qd, self.state_0)
+        if self._collide is not None:
+            self._collide()
+
+    def get_root_body_q(self) -> torch.Tensor:
+        """Pose [p, quat xyzw] of each env's anchor body, (N, 7), world frame."""
+        self.synchronize()
+        return self._body_q[:, self.anchor_body].clone()
+
+    def get_body_q(self) -> torch.Tensor:
+        """Poses of all bodies, (N, bodies_per_env, 7), world frame."""
+        self.synchronize()
+        return self._body_q.clone()
+
+    def reset(self, env_ids: Sequence[int] | torch.Tensor | None = None, states: torch.Tensor | None = None,
+              generator: torch.Generator | None = None) -> None:
+        """Reset ``env_ids`` (all if None) to ``states``, or to random initial states when none are given."""
+        n = self.num_envs if env_ids is None else len(env_ids)
+        if states is None:
+            states = self.sample_initial_states(n, generator or torch.Generator().manual_seed(0))
+        self.set_states(states, env_ids)
+        rows = slice(None) if env_ids is None else torch.as_tensor(env_ids, device=self.torch_device)
+        self.joint_acts[rows] = 0.0
+
+    # ----------------------------------------------------------------------------------------------
+    # stepping
+    def set_collision_stage(self, collide: Callable[[], None] | None, contacts: newton.Contacts | None) -> None:
+        """Install the collision stage (run after every frame and state change) and the solver's contact set."""
+        self._collide = collide
+        self.contacts = contacts
+        self._graph = None  # the captured frame no longer matches
+        if collide is not None:
+            collide()
+
+    def step(self, actions: torch.Tensor) -> None:
+        """Advance one frame with policy actions (N, action_dim) through the robot's controller."""
+        self.step_with_joint_act(self.compute_torques(actions))
+
+    def step_with_joint_act(self, joint_acts: torch.Tensor) -> None:
+        """Advance one frame with joint torques (N, act_dim) held constant over the substeps."""
+        if joint_acts.shape != (self.num_envs, self.act_dim):
+            raise ValueError(
+                f"{self.name}: joint torques must have shape ({self.num_envs}, {self.act_dim}), "
+                f"got {tuple(joint_acts.shape)}"
+            )
+        self.joint_acts.copy_(joint_acts)
+        self._joint_f[:, self.act_dof_indices] = self.joint_acts
+        self._sync_torch_to_warp()
+        if not self.use_graph:
+            self._simulate_frame()
+            return
+        if self._graph is None:
+            # Launch once uncaptured so every kernel module is loaded before capture.
+            self._simulate_frame()
+            with wp.ScopedCapture(device=self.device) as capture:
+                self._simulate_frame()
+            self._graph = capture.graph
+        else:
+            wp.capture_launch(self._graph)
+
+    def _simulate_frame(self) -> None:
+        states = (self.state_0, self.state_1)
+        for i in range(self.sim_substeps):
+            src, dst = states[i % 2], states[(i + 1) % 2]
+            src.clear_forces()
+            self.solver.step(src, dst, self.control, self.contacts, self.sim_dt)
+        # state_0 always holds the current state, so the captured graph can be replayed as is.
+        if self.sim_substeps % 2 == 1:
+            self.state_0.assign(self.state_1)
+        if self.solver_name in _MAXIMAL_COORDINATE_SOLVERS:
+            newton.eval_ik(self.model, self.state_0, self.state_0.joint_q, self.state_0.joint_qd)
+        if self._collide is not None:
+            self._collide()
+
+    def synchronize(self) -> None:
+        """Wait for pending Warp work, so that torch views of the simulation arrays are current."""
+        if self.device.is_cuda:
+            wp.synchronize_device(self.device)
+
+    def _sync_torch_to_warp(self) -> None:
+        # Torch and Warp share memory; on CUDA they use different streams, so wait for torch's writes.
+        if self.device.is_cuda:
+            torch.cuda.current_stream(self.torch_device).synchronize()
+
+
+def uniform(low: Sequence[float] | float, high: Sequence[float] | float, n: int, generator: torch.Generator) -> torch.Tensor:
+    """Samples (n, len(low)) uniformly in [low, high] on the CPU, so a seed gives the same data on every device."""
+    low_t = torch.as_tensor(low, dtype=torch.float32).reshape(1, -1)
+    high_t = torch.as_tensor(high, dtype=torch.float32).reshape(1, -1)
+    return low_t + (high_t - low_t) * torch.rand(n, low_t.shape[1], generator=generator)

@@ -1,0 +1,124 @@
+"""PendulumWithContact: a double pendulum whose capsule links can hit a ground plane.
+
+Two links of 1.5 m, each a capsule along the link (radius 0.1 m, cylinder half-length 0.75 m, density
+500 kg/m^3), hinged about the horizontal y axis; the first pivot is 2 m above the world origin and the second
+at the end of link 1. q = 0 puts both links horizontal along +x; positive angles turn the links' tips
+downwards (right-hand rule about +y). The joint limits span +-2 pi with zero stiffness, so both joints are
+effectively free and are treated as continuous. The friction coefficient is not fixed by the release's
+description; Newton's default (mu = 1.0) is kept.
+
+Ground configurations (spec §4) are a command-line choice: plane through (0, 0, offset) with normal
+R(xyz Euler, extrinsic) * (0, 0, 1). Data generation instead draws a random plane per trajectory.
+"""
+
+from __future__ import annotations
+
+import math
+
+import newton
+import torch
+import warp as wp
+
+from envs.environment import Environment, uniform
+from nerd.frames import quat_from_euler_xyz, quat_rotate
+
+LINK_LENGTH = 1.5  # [m]
+LINK_RADIUS = 0.1  # [m]
+DENSITY = 500.0  # [kg/m^3]
+ARMATURE = 0.1
+PIVOT_HEIGHT = 2.0  # [m] first pivot above the world origin
+JOINT_LIMIT = 2.0 * math.pi  # [rad], zero limit stiffness: effectively unlimited
+CONTACT_KE, CONTACT_KD, CONTACT_KF = 1.0e4, 1.0e3, 1.0e4
+ACTION_SCALE = 1500.0  # [N·m] per unit action
+# Data generation (spec §8).
+INIT_Q_RANGE = (math.pi, math.pi)
+INIT_QD_RANGE = (2.0 * math.pi, 4.0 * math.pi)
+TORQUE_NOISE_SCALE = (1500.0, 1500.0)
+RANDOM_PLANE_MAX_GAP = 1.0  # [m] random planes lie up to this far below the lowest contact point
+
+GROUND_CONFIGS: dict[int, tuple[float, tuple[float, float, float]]] = {
+    0: (-15.5, (0.0, 0.0, 0.0)),  # never touched: contact-free
+    1: (0.0, (0.0, 0.0, 0.0)),
+    2: (0.2, (math.pi / 8, math.pi / 16, math.pi / 16)),
+    3: (0.5, (0.0, 0.0, 0.0)),
+    4: (-0.5, (0.0, 0.0, 0.0)),
+    5: (-0.3, (0.0, 0.0, 0.0)),
+    6: (0.0, (math.pi / 8, 0.0, 0.0)),
+}
+"""Ground configuration id -> (offset [m] along world z, plane rotation as xyz Euler angles [rad])."""
+
+
+class PendulumWithContact(Environment):
+    """Double pendulum with 4 contact candidates (the capsules' end points), 2 DoF, both actuated."""
+
+    name = "PendulumWithContact"
+    frame_dt = 1.0 / 60.0
+    sim_substeps = 5
+    states_frame = "body"
+    continuous_q_indices = (0, 1)
+    anchor_body = 0
+
+    def build_robot(self, builder: newton.ModelBuilder) -> None:
+        """Add two capsule links joined by revolute joints about +y."""
+        cfg = newton.ModelBuilder.ShapeConfig(density=DENSITY, ke=CONTACT_KE, kd=CONTACT_KD, kf=CONTACT_KF)
+        # Capsules extend along their local z; turn z onto the link's +x axis.
+        along_x = wp.quat_from_axis_angle(wp.vec3(0.0, 1.0, 0.0), math.pi / 2)
+        half = 0.5 * LINK_LENGTH
+        links, joints = [], []
+        for i in range(2):
+            link = builder.add_link(label=f"link_{i}")
+            builder.add_shape_capsule(
+                link, xform=wp.transform((half, 0.0, 0.0), along_x), radius=LINK_RADIUS, half_height=half, cfg=cfg
+            )
+            parent_xform = wp.transform((0.0, 0.0, PIVOT_HEIGHT) if i == 0 else (LINK_LENGTH, 0.0, 0.0), wp.quat_identity())
+            joints.append(
+                builder.add_joint_revolute(
+                    links[-1] if links else -1, link, parent_xform=parent_xform, axis=(0.0, 1.0, 0.0),
+                    limit_lower=-JOINT_LIMIT, limit_upper=JOINT_LIMIT, limit_ke=0.0, limit_kd=0.0,
+                    armature=ARMATURE, label=f"joint_{i}",
+                )
+            )
+            links.append(link)
+        builder.add_articulation(joints, label="pendulum")
+
+    @staticmethod
+    def ground_plane(config_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Normal (3,) and a point (3,) of ground configuration ``config_id``, world frame."""
+        if config_id not in GROUND_CONFIGS:
+            raise ValueError(f"unknown contact config {config_id}; valid ids: {sorted(GROUND_CONFIGS)}")
+        offset, euler = GROUND_CONFIGS[config_id]
+        normal = quat_rotate(quat_from_euler_xyz(torch.tensor(euler)), torch.tensor([0.0, 0.0, 1.0]))
+        return normal, torch.tensor([0.0, 0.0, offset])
+
+    def compute_torques(self, actions: torch.Tensor) -> torch.Tensor:
+        """Joint torques = clamp(a, -1, 1) * 1500 N·m."""
+        return actions.clamp(-1.0, 1.0) * ACTION_SCALE
+
+    def sample_initial_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """Angles in [-pi, pi], rates in [-2 pi, 2 pi] (joint 0) and [-4 pi, 4 pi] (joint 1)."""
+        high = (*INIT_Q_RANGE, *INIT_QD_RANGE)
+        return uniform([-h for h in high], high, n, generator).to(self.torch_device)
+
+    def sample_random_torques(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """Torques uniform in [-1500, 1500] N·m on both joints."""
+        return uniform([-s for s in TORQUE_NOISE_SCALE], TORQUE_NOISE_SCALE, n, generator).to(self.torch_device)
+
+    @staticmethod
+    def sample_ground_planes(
+        contact_points: torch.Tensor, contact_thicknesses: torch.Tensor, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Random planes for data generation: normal uniform on the sphere, below every contact point.
+
+        Args:
+            contact_points: (n, C, 3) candidate points of the initial states [m], world frame.
+            contact_thicknesses: (n, C) candidate radii [m].
+
+        Returns:
+            normals (n, 3) and plane points (n, 3), world frame.
+        """
+        n = contact_points.shape[0]
+        normals = torch.nn.functional.normalize(torch.randn(n, 3, generator=generator), dim=-1)
+        points, thickness = contact_points.cpu(), contact_thicknesses.cpu()
+        lowest = ((points * normals[:, None]).sum(-1) - thickness).min(dim=1).values
+        offset = lowest - RANDOM_PLANE_MAX_GAP * torch.rand(n, generator=generator)
+        return normals, offset[:, None] * normals
