@@ -1,0 +1,61 @@
+"""Shared command-line plumbing: common flags and the one-line error contract of every entry point."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+
+from nerd.config import ConfigError
+from nerd.datasets.hdf5 import DatasetError
+
+# Errors that are the user's input, reported as one line; anything else is a bug and keeps its traceback.
+USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, ConfigError, DatasetError, KeyError, OSError)
+
+
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    """Add ``--device``, ``--seed`` and ``--overwrite``."""
+    parser.add_argument("--device", default="cpu", help="'cpu', 'cuda' or 'cuda:N' (default: cpu)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    parser.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+
+
+def resolve_device(device: str) -> str:
+    """Validate a device string; 'cuda' without a GPU is a clear error instead of a deep failure."""
+    import torch
+
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device {device}: no CUDA device is available; use --device cpu")
+        return "cuda:0" if device == "cuda" else device
+    if device != "cpu":
+        raise ValueError(f"--device must be 'cpu', 'cuda' or 'cuda:N', got '{device}'")
+    return device
+
+
+def check_output(path: str | Path, overwrite: bool) -> Path:
+    """Refuse to replace an existing output unless ``--overwrite`` was given."""
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path} already exists; pass --overwrite to replace it")
+    return path
+
+
+def run_main(main: Callable[[], None]) -> None:
+    """Run an entry point: user errors become one line on stderr and exit code 1; Ctrl-C exits 130."""
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    except USER_ERRORS as err:
+        message = str(err) or type(err).__name__
+        if isinstance(err, KeyError):
+            message = f"missing key {message}"
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(1)
+
+
+__all__ = ["add_common_args", "check_output", "resolve_device", "run_main"]
