@@ -1,0 +1,178 @@
+"""The learned part of the NeRD integrator: normalisation + sequence backbone.
+
+Inputs arrive as named groups (state, contact normals, contact points, depths, joint torques, gravity
+direction, ...), each of shape ``(B, T, width)`` in the robot-centric frame. Every group is normalised with
+its own running statistics, the groups are concatenated in a fixed order into one token per time step,
+and the backbone predicts the normalised state change at every step. The statistics live in registered
+buffers, so a ``state_dict()`` alone reproduces the model's predictions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from nerd.models import ModelConfig, build_backbone
+from nerd.normalization import RunningMeanStd
+
+
+class NeRDModel(nn.Module):
+    """Normalising wrapper around a causal backbone that predicts one frame's state change.
+
+    Attributes:
+        input_norms: One :class:`RunningMeanStd` per input group, in group order.
+        target_norm: Statistics of the prediction target.
+        backbone: The sequence model built from ``cfg`` (see :func:`nerd.models.build_backbone`).
+    """
+
+    def __init__(
+        self, input_groups: Mapping[str, int], output_dim: int, cfg: ModelConfig | None = None
+    ) -> None:
+        """Build the statistics and the backbone.
+
+        Args:
+            input_groups: Ordered mapping of group name to its width, e.g. ``{"states": 4,
+                "contact_normals": 12, ...}``. The order fixes where each group sits in the token.
+            output_dim: Width P of the prediction target.
+            cfg: Backbone choice and sizes; defaults to :class:`ModelConfig` (the transformer).
+
+        Raises:
+            ValueError: If there are no groups, a width is not a positive integer or a name cannot be a
+                module key.
+        """
+        super().__init__()
+        if not input_groups:
+            raise ValueError("NeRDModel needs at least one input group")
+        for name, width in input_groups.items():
+            if not isinstance(name, str) or not name or "." in name:
+                raise ValueError(f"input group name {name!r} must be a non-empty string without '.'")
+            if isinstance(width, bool) or not isinstance(width, int) or width <= 0:
+                raise ValueError(f"input group '{name}' must have a positive integer width, got {width!r}")
+        if output_dim <= 0:
+            raise ValueError(f"NeRDModel output_dim must be positive, got {output_dim}")
+        self.cfg = cfg or ModelConfig()
+        self._input_groups = dict(input_groups)
+        self._output_dim = int(output_dim)
+        self.input_norms = nn.ModuleDict({name: RunningMeanStd(w) for name, w in input_groups.items()})
+        self.target_norm = RunningMeanStd(output_dim)
+        self.backbone = build_backbone(self.cfg, self.input_dim, self.output_dim)
+
+    @property
+    def input_groups(self) -> dict[str, int]:
+        """Copy of the ordered group name -> width mapping."""
+        return dict(self._input_groups)
+
+    @property
+    def input_dim(self) -> int:
+        """Token width D: the sum of all group widths."""
+        return sum(self._input_groups.values())
+
+    @property
+    def output_dim(self) -> int:
+        """Prediction width P."""
+        return self._output_dim
+
+    @property
+    def max_history(self) -> int:
+        """Number of most recent steps that can influence a prediction (from the backbone)."""
+        return int(self.backbone.max_history)
+
+    def _checked(self, inputs: Mapping[str, torch.Tensor], sequence: bool) -> list[torch.Tensor]:
+        """Return the groups in order, raising a ValueError naming any missing or mis-shaped one.
+
+        With ``sequence`` every group must be ``(B, T, width)`` with the same ``B`` and ``T``;
+        otherwise any leading shape ``(..., width)`` is accepted. Extra keys are ignored so a dataset
+        batch holding targets and other fields can be passed as is.
+        """
+        tensors = []
+        leading = None
+        for name, width in self._input_groups.items():
+            if name not in inputs:
+                raise ValueError(
+                    f"input group '{name}' (width {width}) is missing; got groups {sorted(inputs)}"
+                )
+            x = inputs[name]
+            expected = f"(B, T, {width})" if sequence else f"(..., {width})"
+            if x.ndim == 0 or x.shape[-1] != width or (sequence and x.ndim != 3):
+                raise ValueError(f"input group '{name}' must have shape {expected}, got {tuple(x.shape)}")
+            if sequence:
+                if x.shape[1] == 0:
+                    raise ValueError(
+                        f"input group '{name}' has an empty history (T = 0); pass at least one step"
+                    )
+                if leading is None:
+                    leading = x.shape[:2]
+                elif x.shape[:2] != leading:
+                    raise ValueError(
+                        f"input group '{name}' has batch/time shape {tuple(x.shape[:2])}, "
+                        f"but earlier groups have {tuple(leading)}"
+                    )
+            tensors.append(x)
+        return tensors
+
+    def update_statistics(self, inputs: Mapping[str, torch.Tensor], target: torch.Tensor) -> None:
+        """Merge a batch of training data into the normalisation statistics.
+
+        Call this over the training set before training; the statistics are then kept fixed.
+
+        Args:
+            inputs: Group name -> raw values of shape ``(..., width)``.
+            target: Raw targets of shape ``(..., P)``.
+        """
+        if target.ndim == 0 or target.shape[-1] != self.output_dim:
+            raise ValueError(f"target must have shape (..., {self.output_dim}), got {tuple(target.shape)}")
+        for name, x in zip(self._input_groups, self._checked(inputs, sequence=False)):
+            self.input_norms[name].update(x)
+        self.target_norm.update(target)
+
+    def forward(self, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Predict the normalised target at every time step.
+
+        Args:
+            inputs: Group name -> raw values of shape ``(B, T, width)``.
+
+        Returns:
+            Normalised predictions, shape ``(B, T, P)``; position t depends on steps 0..t only.
+        """
+        groups = self._checked(inputs, sequence=True)
+        normalized = [self.input_norms[name].normalize(x) for name, x in zip(self._input_groups, groups)]
+        tokens = torch.cat(normalized, dim=-1)
+        return self.backbone(tokens)
+
+    def loss(self, inputs: Mapping[str, torch.Tensor], target: torch.Tensor) -> torch.Tensor:
+        """Mean squared error in normalised units over every position of the window (teacher forcing).
+
+        Args:
+            inputs: Group name -> raw values of shape ``(B, T, width)``.
+            target: Raw targets of shape ``(B, T, P)``: the state change from step t to t + 1.
+
+        Returns:
+            Scalar loss.
+        """
+        prediction = self(inputs)
+        if target.shape != prediction.shape:
+            raise ValueError(
+                f"target must have shape {tuple(prediction.shape)} (B, T, P), got {tuple(target.shape)}"
+            )
+        return F.mse_loss(prediction, self.target_norm.normalize(target))
+
+    def predict(self, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Predict the raw target for the last time step of each history.
+
+        Only the last :attr:`max_history` steps are fed to the backbone (one step for the MLP baseline,
+        ``block_size`` for the transformer). Gradient tracking and train/eval mode are left to the
+        caller; wrap in ``torch.no_grad()`` for inference.
+
+        Args:
+            inputs: Group name -> raw values of shape ``(B, T, width)``, oldest step first.
+
+        Returns:
+            De-normalised prediction at the last step, shape ``(B, P)``.
+        """
+        groups = self._checked(inputs, sequence=True)
+        keep = min(groups[0].shape[1], self.max_history)
+        cropped = {name: x[:, -keep:] for name, x in zip(self._input_groups, groups)}
+        return self.target_norm.denormalize(self(cropped)[:, -1])

@@ -1,0 +1,76 @@
+"""Recurrent baselines (GRU and LSTM) that the paper compares NeRD against."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+from torch import nn
+
+from nerd.models.mlp import build_mlp, check_tokens
+
+RNN_CELLS: dict[str, type[nn.RNNBase]] = {"gru": nn.GRU, "lstm": nn.LSTM}
+
+
+@dataclass
+class RNNConfig:
+    """Options of the recurrent baselines."""
+
+    cell: Literal["gru", "lstm"] = "gru"
+    """Recurrent cell; the model types ``gru`` and ``lstm`` set it themselves, overriding this value."""
+    hidden_size: int = 256
+    """Width of the recurrent state."""
+    num_layers: int = 2
+    """Number of stacked recurrent layers."""
+    head_hidden: list[int] = field(default_factory=lambda: [64])
+    """Hidden widths of the ReLU MLP head applied to the recurrent output at every step."""
+
+
+class RNNModel(nn.Module):
+    """Stacked GRU or LSTM over the history, with an MLP head at every step.
+
+    The hidden state starts at zero for every sequence, so a prediction depends only on the tokens of
+    the window passed in, as for the transformer.
+
+    Attributes:
+        max_history: A very large number: a recurrent net has no length limit.
+    """
+
+    max_history: int = 10**9
+
+    def __init__(self, input_dim: int, output_dim: int, cfg: RNNConfig | None = None) -> None:
+        """Build the network.
+
+        Args:
+            input_dim: Token width D.
+            output_dim: Prediction width P.
+            cfg: Cell type and sizes; defaults to :class:`RNNConfig`.
+
+        Raises:
+            ValueError: If ``cfg.cell`` is not a known cell.
+        """
+        super().__init__()
+        cfg = cfg or RNNConfig()
+        if cfg.cell not in RNN_CELLS:
+            raise ValueError(f"Invalid RNN cell '{cfg.cell}'. Valid cells are: {sorted(RNN_CELLS)}")
+        self.cell = cfg.cell
+        self.input_dim = input_dim
+        self.output_dim = output_dim
+        self.rnn = RNN_CELLS[cfg.cell](
+            input_size=input_dim, hidden_size=cfg.hidden_size, num_layers=cfg.num_layers, batch_first=True
+        )
+        self.head = build_mlp(cfg.hidden_size, list(cfg.head_hidden), output_dim, "relu")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Run the recurrence over the sequence and predict at every step.
+
+        Args:
+            x: Tokens, shape ``(B, T, D)``.
+
+        Returns:
+            Predictions, shape ``(B, T, P)``; position t depends on ``x[:, :t + 1]`` only.
+        """
+        check_tokens(x, self.input_dim)
+        features, _ = self.rnn(x)
+        return self.head(features)
