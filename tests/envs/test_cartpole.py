@@ -1,0 +1,98 @@
+"""Cartpole physics against closed-form quantities and an independent integration of its equations of motion."""
+
+import numpy as np
+import pytest
+import torch
+
+from envs import cartpole, make_env
+
+M = 50.0  # cart [kg]
+m = 2.5  # pole [kg]
+L = 0.5  # hinge to pole centre [m]
+I_C = 2.5 * (0.05**2 + 1.0**2) / 12.0  # pole inertia about its centre, around the hinge axis [kg m^2]
+A = cartpole.ARMATURE
+G = 9.81
+
+
+def energy(states: torch.Tensor) -> torch.Tensor:
+    """Total energy of the Lagrangian with joint armature: T + V, V = m g l cos(theta)."""
+    x, th, xd, thd = states.double().unbind(-1)
+    kinetic = 0.5 * (M + m + A) * xd**2 + m * L * xd * thd * torch.cos(th) + 0.5 * (I_C + m * L**2 + A) * thd**2
+    return kinetic + m * G * L * torch.cos(th)
+
+
+def reference_rollout(y0: np.ndarray, frames: int, frame_dt: float) -> np.ndarray:
+    """RK4 at 100 steps per frame of  M(q) qdd = [m l sin(th) thd^2, m g l sin(th)]  (no rail contact)."""
+
+    def f(y):
+        _, th, xd, thd = y
+        mass = np.array([[M + m + A, m * L * np.cos(th)], [m * L * np.cos(th), I_C + m * L**2 + A]])
+        acc = np.linalg.solve(mass, [m * L * np.sin(th) * thd**2, m * G * L * np.sin(th)])
+        return np.array([xd, thd, acc[0], acc[1]])
+
+    y, h, out = y0.astype(np.float64), frame_dt / 100, []
+    for _ in range(frames):
+        for _ in range(100):
+            k1 = f(y)
+            k2 = f(y + h / 2 * k1)
+            k3 = f(y + h / 2 * k2)
+            k4 = f(y + h * k3)
+            y = y + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+        out.append(y.copy())
+    return np.array(out)
+
+
+@pytest.fixture(scope="module")
+def rollout():
+    """Two seconds of unforced motion from theta = 0.5 rad at rest."""
+    env = make_env("Cartpole", 1)
+    env.set_states(torch.tensor([[0.0, 0.5, 0.0, 0.0]]))
+    states = [env.get_states()[0]]
+    for _ in range(120):
+        env.step_with_joint_act(torch.zeros(1, 2))
+        states.append(env.get_states()[0])
+    return env, torch.stack(states)
+
+
+def test_masses_and_inertia_follow_the_release_geometry(rollout):
+    """Cart 50 kg, pole 2.5 kg with 0.2089 kg m^2 about its centre (boxes at 1000 kg/m^3)."""
+    env, _ = rollout
+    np.testing.assert_allclose(env.model.body_mass.numpy()[:2], [M, m], rtol=1e-5)
+    np.testing.assert_allclose(env.model.body_inertia.numpy()[1][0, 0], I_C, rtol=1e-4)
+
+
+def test_zero_torque_conserves_energy(rollout):
+    """Symplectic Euler keeps the energy error bounded by ~ dt * |theta_dot|max * m g l, with no drift."""
+    env, states = rollout
+    dE = (energy(states) - energy(states[:1])).abs()
+    dt = env.sim_dt
+    tolerance = dt * states[:, 3].abs().max().item() * m * G * L
+    assert dE.max().item() < tolerance, (dE.max().item(), tolerance)
+    # The pole really swings (the test is not vacuous).
+    assert states[:, 1].abs().max() > 1.0
+
+
+def test_matches_independent_integration(rollout):
+    """Newton's Featherstone rollout tracks RK4 on the Lagrangian to first order in dt over 2 s."""
+    env, states = rollout
+    ref = reference_rollout(np.array([0.0, 0.5, 0.0, 0.0]), 120, env.frame_dt)
+    err = np.abs(states[1:].numpy() - ref)
+    assert err[:, 0].max() < 0.01, err[:, 0].max()  # cart [m]
+    assert err[:, 1].max() < 0.03, err[:, 1].max()  # pole [rad]
+
+
+def test_pole_falls_towards_plus_x_and_cart_recoils():
+    """Positive theta tilts the tip towards +x: from theta = 0.1 the pole falls to +x, the cart moves to -x."""
+    env = make_env("Cartpole", 1)
+    env.set_states(torch.tensor([[0.0, 0.1, 0.0, 0.0]]))
+    for _ in range(30):
+        env.step(torch.zeros(1, 1))
+    x, th, xd, thd = env.get_states()[0]
+    assert th > 0.1 and thd > 0 and x < 0 and xd < 0
+
+
+def test_action_is_clamped_and_scaled():
+    """Cart force = clamp(a, -1, 1) * 1500 N; the pole is unactuated."""
+    env = make_env("Cartpole", 2)
+    torques = env.compute_torques(torch.tensor([[0.5], [-3.0]]))
+    assert torch.equal(torques, torch.tensor([[750.0, 0.0], [-1500.0, 0.0]]))

@@ -1,0 +1,127 @@
+"""Dataset generation and the HDF5 round trip: shapes, attributes, values, and crash safety."""
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from envs import make_env
+from nerd.datasets.hdf5 import TRAJECTORY_FIELDS, DatasetError, load_trajectories, read_attrs
+from nerd.generation import GenerationConfig, _finite_trajectories, generate_dataset
+
+
+@pytest.fixture(scope="module")
+def pendulum_dataset(tmp_path_factory):
+    """5 pendulum trajectories of 12 steps (3 envs: two batches), random torques and random planes."""
+    path = tmp_path_factory.mktemp("data") / "pendulum.hdf5"
+    cfg = GenerationConfig("PendulumWithContact", num_transitions=60, trajectory_length=12, num_envs=3, seed=7)
+    summary = generate_dataset(cfg, path, progress=False)
+    return path, summary
+
+
+def test_file_layout_and_attributes(pendulum_dataset):
+    """Fields are trajectory-major (num_traj, T, ...) with the documented widths and attributes."""
+    path, summary = pendulum_dataset
+    attrs = read_attrs(path)
+    assert summary.num_trajectories == attrs["num_trajectories"] == 5
+    assert attrs["num_transitions"] == 60 and attrs["contact_count"] == 4 and attrs["seed"] == 7
+    assert attrs["env_name"] == "PendulumWithContact" and attrs["newton_version"] == "1.8.0"
+    assert attrs["generator_settings"]["num_envs"] == 3
+    data = load_trajectories(path)
+    expected = {
+        "states": (5, 12, 4), "next_states": (5, 12, 4), "joint_acts": (5, 12, 2),
+        "contact_normals": (5, 12, 4, 3), "contact_points_0": (5, 12, 4, 3), "contact_points_1": (5, 12, 4, 3),
+        "contact_depths": (5, 12, 4), "contact_thicknesses": (5, 12, 4), "gravity_dir": (5, 12, 3),
+        "root_body_q": (5, 12, 7),
+    }
+    assert {k: v.shape for k, v in data.items()} == expected
+    assert all(v.dtype == np.float32 for v in data.values())
+
+
+def test_values_are_consistent(pendulum_dataset):
+    """next_states[t] == states[t+1]; depths are signed distances along the normal; torques bounded."""
+    data = load_trajectories(pendulum_dataset[0])
+    np.testing.assert_array_equal(data["next_states"][:, :-1], data["states"][:, 1:])
+    gap = data["contact_points_0"] - data["contact_points_1"]
+    np.testing.assert_allclose((gap * data["contact_normals"]).sum(-1), data["contact_depths"], atol=1e-4)
+    assert np.abs(data["joint_acts"]).max() <= 1500.0 and np.abs(data["joint_acts"]).max() > 100.0
+    # Random planes: every trajectory starts with all candidates above its own plane.
+    assert (data["contact_depths"][:, 0] - data["contact_thicknesses"][:, 0] >= 0).all()
+
+
+def test_stored_trajectory_replays_in_the_simulator(pendulum_dataset):
+    """Re-simulating a stored trajectory from its first state, torques and plane reproduces its states."""
+    data = load_trajectories(pendulum_dataset[0], start=4, stop=5)
+    env = make_env("PendulumWithContact", 1)
+    normal = torch.from_numpy(data["contact_normals"][0, 0, 0])
+    env.set_ground_planes(normal[None], torch.from_numpy(data["contact_points_1"][0, 0, :1]))
+    env.set_states(torch.from_numpy(data["states"][0, :1]))
+    for t in range(12):
+        env.step_with_joint_act(torch.from_numpy(data["joint_acts"][0, t : t + 1]))
+    np.testing.assert_allclose(env.get_states()[0].numpy(), data["next_states"][0, -1], atol=1e-4)
+
+
+def test_contact_free_robot_stores_empty_contact_fields(tmp_path):
+    """Cartpole (no contacts) stores zero-width contact fields and gravity (0, 0, -1)."""
+    path = tmp_path / "cp.hdf5"
+    generate_dataset(GenerationConfig("Cartpole", 20, trajectory_length=10, num_envs=2), path, progress=False)
+    data = load_trajectories(path)
+    assert data["contact_normals"].shape == (2, 10, 0, 3)
+    np.testing.assert_array_equal(data["gravity_dir"][..., 2], -1.0)
+
+
+def test_interrupted_generation_leaves_no_file(tmp_path, monkeypatch):
+    """An exception mid-run removes the partial file and never publishes the final name."""
+    import nerd.generation as generation
+
+    calls = {"n": 0}
+    original = generation._record_step
+
+    def failing(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(generation, "_record_step", failing)
+    path = tmp_path / "x.hdf5"
+    with pytest.raises(KeyboardInterrupt):
+        generate_dataset(GenerationConfig("Cartpole", 100, trajectory_length=10, num_envs=2), path, progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_non_finite_and_diverged_trajectories_are_flagged():
+    """Trajectories with NaN, inf or |x| > 1e5 are dropped; the others kept."""
+    states = np.zeros((4, 3, 2), dtype=np.float32)
+    states[1, 2, 0] = np.nan
+    states[2, 0, 1] = 2e5
+    nxt = states.copy()
+    nxt[3, 1, 1] = -np.inf
+    assert _finite_trajectories({"states": states, "next_states": nxt}).tolist() == [True, False, False, False]
+
+
+def test_reader_rejects_bad_files(tmp_path):
+    """Missing, non-HDF5, incomplete and foreign files give a DatasetError saying what is wrong."""
+    with pytest.raises(DatasetError, match="not found"):
+        read_attrs(tmp_path / "missing.hdf5")
+    (tmp_path / "garbage.hdf5").write_text("not hdf5")
+    with pytest.raises(DatasetError, match="not a readable HDF5"):
+        read_attrs(tmp_path / "garbage.hdf5")
+    with h5py.File(tmp_path / "incomplete.hdf5", "w") as f:
+        f.attrs["complete"] = False
+    with pytest.raises(DatasetError, match="incomplete"):
+        read_attrs(tmp_path / "incomplete.hdf5")
+    with h5py.File(tmp_path / "foreign.hdf5", "w") as f:
+        f.attrs["complete"] = True
+        f.create_group("data")
+    with pytest.raises(DatasetError, match=TRAJECTORY_FIELDS[0]):
+        read_attrs(tmp_path / "foreign.hdf5")
+
+
+def test_same_seed_same_data(tmp_path):
+    """Generation is reproducible: the same seed writes identical states and torques."""
+    cfg = GenerationConfig("Cartpole", 40, trajectory_length=10, num_envs=4, seed=11)
+    a = load_trajectories(generate_dataset(cfg, tmp_path / "a.hdf5", progress=False).path)
+    b = load_trajectories(generate_dataset(cfg, tmp_path / "b.hdf5", progress=False).path)
+    np.testing.assert_array_equal(a["states"], b["states"])
+    np.testing.assert_array_equal(a["joint_acts"], b["joint_acts"])
