@@ -75,6 +75,11 @@ class Ant(Environment):
     sim_substeps = 16
     states_frame = "body"
     anchor_body = 0
+    passive_metrics = {
+        "base_position_error": ("position", ()),
+        "base_orientation_error": ("orientation", ()),
+        "joint_position_error": ("abs", tuple(range(7, 15))),
+    }
 
     def build_robot(self, builder: newton.ModelBuilder) -> None:
         """Add the torso (free joint) and the four two-hinge legs."""

@@ -61,6 +61,10 @@ class Environment:
     anchor_body: ClassVar[int] = 0
     """Body (within one env) whose pose is the robot-centric anchor: the base, or the first moving link."""
     default_solver: ClassVar[str] = "featherstone"
+    passive_metrics: ClassVar[dict[str, tuple[str, tuple[int, ...]]]] = {}
+    """Passive-motion metrics (spec §9): name -> (kind, joint_q indices). Kinds: ``"abs"`` mean |dq| over the
+    indices (wrapped for continuous joints), ``"position"`` base position distance, ``"orientation"`` base
+    rotation angle."""
 
     def __init__(self, num_envs: int, device: str = "cpu", solver: str | None = None, use_graph: bool = True):
         if num_envs < 1:
@@ -164,8 +168,7 @@ class Environment:
         self._joint_qd[rows] = states[:, self.dof_q :]
         self._sync_torch_to_warp()
         newton.eval_fk(self.model, self.state_0.joint_q, self.state_0.joint_qd, self.state_0)
-        if self._collide is not None:
-            self._collide()
+        self.refresh_contacts()
 
     def get_root_body_q(self) -> torch.Tensor:
         """Pose [p, quat xyzw] of each env's anchor body, (N, 7), world frame."""
@@ -203,6 +206,11 @@ class Environment:
 
     def step_with_joint_act(self, joint_acts: torch.Tensor) -> None:
         """Advance one frame with joint torques (N, act_dim) held constant over the substeps."""
+        self.apply_joint_act(joint_acts)
+        self.simulate_frame()
+
+    def apply_joint_act(self, joint_acts: torch.Tensor) -> None:
+        """Set the joint torques (N, act_dim) [N·m or N] of the next frame in the solver's control."""
         if joint_acts.shape != (self.num_envs, self.act_dim):
             raise ValueError(
                 f"{self.name}: joint torques must have shape ({self.num_envs}, {self.act_dim}), "
@@ -211,17 +219,25 @@ class Environment:
         self.joint_acts.copy_(joint_acts)
         self._joint_f[:, self.act_dof_indices] = self.joint_acts
         self._sync_torch_to_warp()
+
+    def simulate_frame(self) -> None:
+        """Run one ground-truth frame with the torques already applied (replaying the captured graph)."""
         if not self.use_graph:
             self._simulate_frame()
             return
         if self._graph is None:
-            # Launch once uncaptured so every kernel module is loaded before capture.
+            # This frame runs uncaptured (loading every kernel module), then the next ones replay its capture.
             self._simulate_frame()
             with wp.ScopedCapture(device=self.device) as capture:
                 self._simulate_frame()
             self._graph = capture.graph
         else:
             wp.capture_launch(self._graph)
+
+    def refresh_contacts(self) -> None:
+        """Re-run the collision stage for the current state (after a state was written from outside)."""
+        if self._collide is not None:
+            self._collide()
 
     def _simulate_frame(self) -> None:
         states = (self.state_0, self.state_1)
@@ -234,8 +250,7 @@ class Environment:
             self.state_0.assign(self.state_1)
         if self.solver_name in _MAXIMAL_COORDINATE_SOLVERS:
             newton.eval_ik(self.model, self.state_0, self.state_0.joint_q, self.state_0.joint_qd)
-        if self._collide is not None:
-            self._collide()
+        self.refresh_contacts()
 
     def synchronize(self) -> None:
         """Wait for pending Warp work, so that torch views of the simulation arrays are current."""

@@ -57,6 +57,7 @@ class PendulumWithContact(Environment):
     states_frame = "body"
     continuous_q_indices = (0, 1)
     anchor_body = 0
+    passive_metrics = {"base_orientation_error": ("abs", (0,)), "joint_position_error": ("abs", (0, 1))}
 
     def build_robot(self, builder: newton.ModelBuilder) -> None:
         """Add two capsule links joined by revolute joints about +y."""

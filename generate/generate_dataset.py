@@ -10,7 +10,7 @@ from pathlib import Path
 
 from envs import ENV_NAMES
 from nerd.cli import add_common_args, check_output, resolve_device, run_main
-from nerd.datasets.generation import GenerationConfig, generate_dataset
+from nerd.generation import GenerationConfig, generate_dataset
 
 
 def main() -> None:

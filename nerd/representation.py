@@ -285,8 +285,9 @@ def integrate_target(states_t: Tensor, target: Tensor, anchor_t: Tensor | None, 
     """Apply a relative target to the states of step t; the inverse of :func:`compute_target`.
 
     In the anchor frame of step t: ``p' = p + Δp``, ``q' = normalise(normalise(δ) ⊗ q)``, joints
-    ``q' = q + Δq`` (wrapped where continuous), ``qd' = qd + Δqd``; then back to the world with the same
-    anchor. ``integrate_target(s_t, compute_target(s_t, s_t1, a, L), a, L)`` reproduces ``s_t1``; its
+    ``q' = q + Δq``, ``qd' = qd + Δqd``; then back to the world with the same anchor. Continuous joints are
+    *not* wrapped in the result: the engine never wraps its joint coordinates, so a neural step must not
+    either, or the two simulators would differ by 2π in their states (model inputs and Δq are wrapped). ``integrate_target(s_t, compute_target(s_t, s_t1, a, L), a, L)`` reproduces ``s_t1``; its
     quaternion comes out in the hemisphere of ``q_t`` (``q_t · q' ≥ 0``), which for an engine's continuous
     trajectory is ``q_{t+1}`` itself and otherwise ``−q_{t+1}``, the same rotation.
 
@@ -305,14 +306,21 @@ def integrate_target(states_t: Tensor, target: Tensor, anchor_t: Tensor | None, 
         )
     s_b = states_to_anchor_frame(states_t, anchor_t, layout)
     if not layout.floating_base:
-        return states_from_anchor_frame(s_b + target, anchor_t, layout)
-    rot = quat_normalize(quat_mul(quat_normalize(target[..., 3:7]), s_b[..., 3:7]))
-    s1_b = torch.cat((
-        s_b[..., :3] + target[..., :3],
-        rot,
-        s_b[..., 7:] + target[..., 7:],
-    ), dim=-1)
-    return states_from_anchor_frame(s1_b, anchor_t, layout)
+        s1 = states_from_anchor_frame(s_b + target, anchor_t, layout)
+    else:
+        rot = quat_normalize(quat_mul(quat_normalize(target[..., 3:7]), s_b[..., 3:7]))
+        s1_b = torch.cat((
+            s_b[..., :3] + target[..., :3],
+            rot,
+            s_b[..., 7:] + target[..., 7:],
+        ), dim=-1)
+        s1 = states_from_anchor_frame(s1_b, anchor_t, layout)
+    if not layout.continuous_q_indices:
+        return s1
+    # Joint coordinates are frame-free, so the unwrapped sum is the continuous continuation of states_t.
+    mask = torch.zeros(s1.shape[-1], dtype=torch.bool, device=s1.device)
+    mask[layout.continuous_q_indices] = True
+    return torch.where(mask, states_t + target, s1)
 
 
 def _require_anchor(anchor: Tensor | None) -> Tensor:

@@ -184,27 +184,29 @@ def test_floating_target_quaternion_sign(gen, device):
 
 
 def test_world_target_crossing_pi_is_small(device):
-    """A continuous joint crossing ±π gives a small Δq (not ~2π), and integration lands back across π."""
+    """A continuous joint crossing ±π gives a small Δq (not ~2π); integration continues it unwrapped, like the engine."""
     s0 = torch.tensor([[0.3, math.pi - 0.01, 1.0, 2.0]], dtype=torch.float64, device=device)
     s1 = torch.tensor([[0.35, -math.pi + 0.02, 1.5, 2.5]], dtype=torch.float64, device=device)
     anchor = anchor_pose(s0, CARTPOLE)
     target = compute_target(s0, s1, anchor, CARTPOLE)
     torch.testing.assert_close(target, torch.tensor([[0.05, 0.03, 0.5, 0.5]], dtype=s0.dtype, device=device),
                                atol=1e-12, rtol=0.0)
-    torch.testing.assert_close(integrate_target(s0, target, anchor, CARTPOLE), s1, atol=1e-12, rtol=0.0)
+    unwrapped = s1 + torch.tensor([[0.0, 2 * math.pi, 0.0, 0.0]], dtype=s0.dtype, device=device)
+    torch.testing.assert_close(integrate_target(s0, target, anchor, CARTPOLE), unwrapped, atol=1e-12, rtol=0.0)
 
 
 def test_world_and_fixed_base_target_round_trip(gen, device):
     """Round trip for random Cartpole-like and pendulum-like (fixed base, body frame) transitions."""
     for layout in (CARTPOLE, PENDULUM):
         s0 = (torch.rand(128, 4, generator=gen, dtype=torch.float64) * 2 - 1).mul(math.pi).to(device)
-        s1 = s0 + 0.3 * torch.randn(128, 4, generator=gen, dtype=torch.float64).to(device)
-        s1 = states_to_anchor_frame(s1, None, layout)   # wrapped where continuous, as the engine would not be
+        s1_unwrapped = s0 + 0.3 * torch.randn(128, 4, generator=gen, dtype=torch.float64).to(device)
+        s1 = states_to_anchor_frame(s1_unwrapped, None, layout)   # wrapped where continuous
         root = floating_states((128,), gen, device=device)[:, :7]
         anchor = anchor_pose(s0, layout, root_body_q=root)
         target = compute_target(s0, s1, anchor, layout)
         assert target[:, layout.continuous_q_indices].abs().max() < math.pi
-        torch.testing.assert_close(integrate_target(s0, target, anchor, layout), s1, **TIGHT)
+        # Integration continues s0 without wrapping, as the engine does: it recovers the unwrapped s1.
+        torch.testing.assert_close(integrate_target(s0, target, anchor, layout), s1_unwrapped, **TIGHT)
 
 
 @pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-10), (torch.float32, 1e-5)])

@@ -1,0 +1,46 @@
+"""Evaluate passive motion of NeRD (or the ground truth) against the ground-truth simulator (spec §9).
+
+Example:
+    python eval/eval_passive_motion.py --env-name Cartpole \
+        --model-path pretrained_models/NeRD_models/Cartpole/model.pt --env-mode neural \
+        --num-envs 2048 --num-rollouts 2048 --rollout-horizon 1000 --seed 500
+"""
+
+import argparse
+from pathlib import Path
+
+from envs import ENV_NAMES
+from nerd.cli import check_output, resolve_device, run_main
+from nerd.evaluation import evaluate_passive, format_results, write_results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env-name", required=True, help=f"one of {', '.join(ENV_NAMES)}")
+    parser.add_argument("--model-path", default=None, help="NeRD checkpoint (needed for --env-mode neural)")
+    parser.add_argument("--env-mode", choices=["neural", "ground-truth"], default="neural")
+    parser.add_argument("--num-envs", type=int, default=2048)
+    parser.add_argument("--num-rollouts", type=int, default=2048)
+    parser.add_argument("--rollout-horizon", type=int, default=100)
+    parser.add_argument("--contact-config", type=int, default=None, help="pendulum ground configuration (0-6)")
+    parser.add_argument("--output", default=None, help="results JSON (a PNG of error vs step is written beside it)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--seed", type=int, default=500)
+    parser.add_argument("--overwrite", action="store_true")
+    args = parser.parse_args()
+
+    if args.env_name not in ENV_NAMES:
+        raise ValueError(f"unknown env name '{args.env_name}'; valid names: {', '.join(ENV_NAMES)}")
+    output = check_output(args.output, args.overwrite) if args.output else None
+    results = evaluate_passive(
+        args.env_name, args.model_path, args.env_mode, args.num_envs, args.num_rollouts, args.rollout_horizon,
+        args.seed, args.contact_config, resolve_device(args.device),
+    )
+    print(format_results(results))
+    if output:
+        write_results(results, output, Path(output).with_suffix(".png"))
+        print(f"wrote {output} and {Path(output).with_suffix('.png')}")
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,73 @@
+"""Self-describing, safely loadable NeRD checkpoints.
+
+A checkpoint holds only tensors and plain types, so it loads with ``torch.load(weights_only=True)``: the
+model's state dict (normalisation statistics included, as buffers), its backbone config, the robot signature
+(state/contact/torque layout, checked against the environment on use), the training config, the epoch and
+optionally the optimiser state. Files are written atomically (temporary file, then rename).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from nerd.config import ConfigError, from_dict, to_dict
+from nerd.features import RobotSignature
+from nerd.models import ModelConfig
+from nerd.models.nerd_model import NeRDModel
+
+CHECKPOINT_FORMAT = "nerd-checkpoint-v1"
+
+
+def save_checkpoint(path: str | Path, model: NeRDModel, signature: RobotSignature, config: dict[str, Any], *,
+                    epoch: int = 0, optimizer: torch.optim.Optimizer | None = None,
+                    extra: dict[str, Any] | None = None) -> Path:
+    """Write a checkpoint of ``model`` for the robot ``signature`` to ``path`` (atomically)."""
+    payload = {
+        "format": CHECKPOINT_FORMAT,
+        "model_state": model.state_dict(),
+        "model_config": to_dict(model.cfg),
+        "signature": signature.to_dict(),
+        "config": config,
+        "epoch": epoch,
+        "optimizer_state": optimizer.state_dict() if optimizer is not None else None,
+        "extra": extra or {},
+    }
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def load_checkpoint(path: str | Path, device: str | torch.device = "cpu"
+                    ) -> tuple[NeRDModel, RobotSignature, dict[str, Any]]:
+    """Load a checkpoint: (model on ``device``, robot signature, full payload).
+
+    Raises:
+        FileNotFoundError: If ``path`` does not exist.
+        ValueError: If the file is not a nerd checkpoint (or was saved with unsafe pickled objects).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    try:
+        payload = torch.load(path, map_location=device, weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as err:
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"{path} is not a loadable nerd checkpoint ({first_line})") from err
+    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{path} is not a nerd checkpoint (expected format '{CHECKPOINT_FORMAT}')")
+    try:
+        signature = RobotSignature.from_dict(payload["signature"])
+        model_cfg = from_dict(ModelConfig, payload["model_config"])
+    except (KeyError, ConfigError) as err:
+        raise ValueError(f"{path}: damaged checkpoint metadata ({err})") from err
+    model = NeRDModel(signature.input_groups, signature.target_dim, model_cfg)
+    model.load_state_dict(payload["model_state"])
+    return model.to(device), signature, payload

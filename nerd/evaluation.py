@@ -1,0 +1,147 @@
+"""Passive-motion evaluation (spec §9): NeRD (or the ground truth itself) against the ground-truth simulator.
+
+From the same random initial states, the ground truth and the evaluated simulator roll out autoregressively
+for H frames with zero actions (a robot's controller still acts, e.g. a PD law). Errors are measured per step
+and averaged over **all steps (1..H) and all trajectories**, per robot as its env module defines
+(``passive_metrics``), plus per-coordinate errors and the error of every metric at every step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from envs import make_env
+from nerd.frames import quat_angle, quat_inverse, quat_mul, wrap_angle
+from nerd.neural_environment import NeuralEnvironment
+
+
+def state_errors(gt: torch.Tensor, pred: torch.Tensor, env) -> dict[str, torch.Tensor]:
+    """Per-step errors between two rollouts.
+
+    Args:
+        gt, pred: (..., dof_q + dof_qd) world-frame states.
+        env: The environment (for ``passive_metrics``, ``continuous_q_indices`` and ``dof_q``).
+
+    Returns:
+        Each metric of ``env.passive_metrics`` (...,) and ``per_dof`` (..., dof_q): |dq| per coordinate,
+        wrapped for continuous joints [m or rad].
+    """
+    dq = pred[..., : env.dof_q] - gt[..., : env.dof_q]
+    if env.continuous_q_indices:
+        idx = list(env.continuous_q_indices)
+        dq[..., idx] = wrap_angle(dq[..., idx])
+    errors = {"per_dof": dq.abs()}
+    for name, (kind, indices) in env.passive_metrics.items():
+        if kind == "abs":
+            errors[name] = dq[..., list(indices)].abs().mean(-1)
+        elif kind == "position":
+            errors[name] = (pred[..., :3] - gt[..., :3]).norm(dim=-1)
+        elif kind == "orientation":
+            errors[name] = quat_angle(quat_mul(gt[..., 3:7], quat_inverse(pred[..., 3:7])))
+        else:
+            raise ValueError(f"unknown passive metric kind '{kind}' for {name}")
+    return errors
+
+
+def rollout(nenv: NeuralEnvironment, initial_states: torch.Tensor, horizon: int, env_mode: str) -> torch.Tensor:
+    """Autoregressive passive rollout in ``env_mode`` from ``initial_states``: states (horizon + 1, N, S)."""
+    nenv.set_env_mode(env_mode)
+    nenv.reset(states=initial_states)
+    actions = torch.zeros(nenv.num_envs, nenv.action_dim, device=nenv.torch_device)
+    states = [nenv.get_states()]
+    for _ in range(horizon):
+        nenv.step(actions)
+        states.append(nenv.get_states())
+    return torch.stack(states)
+
+
+def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_envs: int, num_rollouts: int,
+                     horizon: int, seed: int, contact_config: int | None = None, device: str = "cpu",
+                     progress: bool = True) -> dict[str, Any]:
+    """Passive-motion errors of ``env_mode`` against the ground truth over ``num_rollouts`` trajectories.
+
+    Returns:
+        A JSON-ready dict: settings, ``metrics`` (mean over all steps and trajectories), ``per_dof`` means,
+        ``error_vs_step`` (each metric averaged over trajectories, one value per step 1..H).
+    """
+    if num_envs < 1 or num_rollouts < 1 or horizon < 1:
+        raise ValueError("--num-envs, --num-rollouts and --rollout-horizon must be positive")
+    if env_mode == "neural" and model_path is None:
+        raise ValueError("--env-mode neural needs --model-path")
+    num_envs = min(num_envs, num_rollouts)
+    env = make_env(env_name, num_envs, device=device, contact_config=contact_config)
+    nenv = (NeuralEnvironment.from_checkpoint(env, model_path, env_mode="ground-truth") if model_path
+            else NeuralEnvironment(env, None, env_mode="ground-truth"))
+    generator = torch.Generator().manual_seed(seed)
+    sums: dict[str, torch.Tensor] = {}
+    done = 0
+    batches = math.ceil(num_rollouts / num_envs)
+    for _ in tqdm(range(batches), desc=f"{env_name} {env_mode}", unit="batch", disable=not progress):
+        initial = env.env.sample_initial_states(num_envs, generator)
+        gt = rollout(nenv, initial, horizon, "ground-truth")
+        pred = rollout(nenv, initial, horizon, env_mode)
+        keep = min(num_envs, num_rollouts - done)
+        errors = state_errors(gt[1:, :keep], pred[1:, :keep], env)
+        for name, value in errors.items():
+            # Sum over trajectories, keep the step axis: (H,) or (H, dof_q).
+            sums[name] = sums.get(name, 0) + value.double().sum(dim=1)
+        done += keep
+    per_step = {name: (value / done) for name, value in sums.items()}
+    return {
+        "env_name": env_name,
+        "env_mode": env_mode,
+        "model_path": str(model_path) if model_path else None,
+        "num_rollouts": done,
+        "rollout_horizon": horizon,
+        "seed": seed,
+        "contact_config": contact_config,
+        "metrics": {name: float(v.mean()) for name, v in per_step.items() if name != "per_dof"},
+        "per_dof": per_step["per_dof"].mean(dim=0).tolist(),
+        "error_vs_step": {name: v.tolist() for name, v in per_step.items() if name != "per_dof"},
+    }
+
+
+def format_results(results: dict[str, Any]) -> str:
+    """A text table of the metrics of one evaluation."""
+    lines = [
+        f"{results['env_name']} passive motion, {results['env_mode']} vs ground truth: "
+        f"{results['num_rollouts']} rollouts x {results['rollout_horizon']} steps (seed {results['seed']}"
+        + (f", contact config {results['contact_config']})" if results["contact_config"] is not None else ")"),
+        f"{'metric':<28}{'mean over steps and rollouts':>30}",
+    ]
+    lines += [f"{name:<28}{value:>30.5f}" for name, value in results["metrics"].items()]
+    lines.append("per joint coordinate |dq|: " + ", ".join(f"{v:.5f}" for v in results["per_dof"]))
+    return "\n".join(lines)
+
+
+def write_results(results: dict[str, Any], json_path: str | Path, png_path: str | Path | None = None) -> None:
+    """Write the results as JSON and, optionally, a PNG of every metric against the step."""
+    json_path = Path(json_path)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = json_path.with_name(json_path.name + ".tmp")
+    tmp.write_text(json.dumps(results, indent=2))
+    tmp.replace(json_path)
+    if png_path is None:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves = results["error_vs_step"]
+    fig, axes = plt.subplots(1, len(curves), figsize=(4.5 * len(curves), 3.4), squeeze=False)
+    for ax, (name, values) in zip(axes[0], curves.items()):
+        ax.plot(range(1, len(values) + 1), values)
+        ax.set_xlabel("step")
+        ax.set_ylabel(name)
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{results['env_name']}: {results['env_mode']} vs ground truth ({results['num_rollouts']} rollouts)")
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=90)
+    plt.close(fig)

@@ -1,0 +1,151 @@
+"""Model inputs and targets from raw simulator quantities: the one place both training and inference build them.
+
+A NeRD token of step t concatenates, in the robot-centric frame of that step's anchor (spec §5, §6):
+``states`` (dof_q + dof_qd), contact ``contact_normals`` (3C), ground points ``contact_points_1`` (3C),
+``contact_depths`` (C), the applied ``joint_acts`` (J) and, for robots in the body frame, the gravity
+direction ``gravity_dir`` (3). Features of inactive contact candidates are zeroed after the transform.
+Groups that would be empty (no contacts) are left out, which reproduces the release's token widths
+(Cartpole 6, Pendulum 37, Ant 215).
+
+Pure torch, engine-free: the same code runs on dataset batches and on live simulator tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from nerd.representation import (
+    StateLayout,
+    anchor_pose,
+    compute_target,
+    contacts_to_anchor_frame,
+    gravity_to_anchor_frame,
+    states_to_anchor_frame,
+    target_dim,
+)
+
+ACTIVE_DEPTH_FLOOR = 0.12
+"""[m] A candidate is active when depth < max(ACTIVE_THICKNESS_FACTOR * thickness, ACTIVE_DEPTH_FLOOR)."""
+ACTIVE_THICKNESS_FACTOR = 4.0
+
+
+@dataclass(frozen=True)
+class RobotSignature:
+    """Everything a trained model assumes about its robot; checked when a checkpoint is loaded."""
+
+    env_name: str
+    dof_q: int
+    dof_qd: int
+    floating_base: bool
+    continuous_q_indices: tuple[int, ...]
+    states_frame: str
+    contact_count: int
+    joint_act_dim: int
+
+    @property
+    def layout(self) -> StateLayout:
+        """The state layout of this robot."""
+        return StateLayout(self.dof_q, self.dof_qd, self.floating_base, list(self.continuous_q_indices),
+                           self.states_frame)
+
+    @property
+    def input_groups(self) -> dict[str, int]:
+        """Token groups and widths, in token order."""
+        c = self.contact_count
+        groups = {"states": self.dof_q + self.dof_qd}
+        if c:
+            groups.update(contact_normals=3 * c, contact_points_1=3 * c, contact_depths=c)
+        groups["joint_acts"] = self.joint_act_dim
+        if self.states_frame == "body":
+            groups["gravity_dir"] = 3
+        return groups
+
+    @property
+    def target_dim(self) -> int:
+        """Width of the relative prediction target."""
+        return target_dim(self.layout)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-type form for checkpoints."""
+        d = asdict(self)
+        d["continuous_q_indices"] = list(self.continuous_q_indices)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RobotSignature:
+        """Inverse of :meth:`to_dict`; also accepts a dataset's attributes (extra keys ignored)."""
+        return cls(
+            env_name=str(d["env_name"]), dof_q=int(d["dof_q"]), dof_qd=int(d["dof_qd"]),
+            floating_base=bool(d["floating_base"]), continuous_q_indices=tuple(d["continuous_q_indices"]),
+            states_frame=str(d["states_frame"]), contact_count=int(d["contact_count"]),
+            joint_act_dim=int(d.get("joint_act_dim", d.get("act_dim", 0))),
+        )
+
+    def check_compatible(self, other: RobotSignature, what: str = "checkpoint") -> None:
+        """Raise a one-line ValueError if ``other`` (e.g. the environment) differs from this signature."""
+        if other == self:
+            return
+        if other.env_name != self.env_name:
+            raise ValueError(f"the {what} is for robot {self.env_name}, not {other.env_name}")
+        diffs = [f"{k} {v} vs {getattr(other, k)}" for k, v in asdict(self).items() if getattr(other, k) != v]
+        raise ValueError(f"the {what}'s state/contact layout does not match the environment: {', '.join(diffs)}")
+
+
+def signature_of_env(env) -> RobotSignature:
+    """Signature of a live environment (an :class:`~nerd.contacts.AbstractContactEnvironment`)."""
+    return RobotSignature(
+        env_name=env.name, dof_q=env.dof_q, dof_qd=env.dof_qd, floating_base=env.floating_base,
+        continuous_q_indices=tuple(env.continuous_q_indices), states_frame=env.states_frame,
+        contact_count=env.contact_count, joint_act_dim=env.act_dim,
+    )
+
+
+def active_contact_mask(depths: Tensor, thicknesses: Tensor) -> Tensor:
+    """(..., C) bool: candidates close enough to the ground to matter (spec §4)."""
+    threshold = torch.clamp(ACTIVE_THICKNESS_FACTOR * thicknesses, min=ACTIVE_DEPTH_FLOOR)
+    return depths < threshold
+
+
+def build_inputs(sig: RobotSignature, states: Tensor, root_body_q: Tensor, joint_acts: Tensor,
+                 contacts: Mapping[str, Tensor] | None = None) -> tuple[dict[str, Tensor], Tensor | None]:
+    """Robot-centric token groups of each step, and each step's anchor.
+
+    Args:
+        sig: The robot.
+        states: (..., dof_q + dof_qd) world-frame states.
+        root_body_q: (..., 7) world pose of the anchor body (used by fixed-base body-frame robots).
+        joint_acts: (..., J) applied joint torques.
+        contacts: ``contact_normals``, ``contact_points_1`` (..., C, 3), ``contact_depths``,
+            ``contact_thicknesses`` (..., C), world frame; ignored when the robot has no contacts.
+
+    Returns:
+        (groups, anchor): groups as in :attr:`RobotSignature.input_groups`, each (..., width); the anchor
+        pose (..., 7), or None for world-frame robots.
+    """
+    layout = sig.layout
+    anchor = anchor_pose(states, layout, root_body_q) if sig.states_frame == "body" else None
+    groups = {"states": states_to_anchor_frame(states, anchor, layout)}
+    if sig.contact_count:
+        points, normals = contacts["contact_points_1"], contacts["contact_normals"]
+        depths = contacts["contact_depths"]
+        if anchor is not None:
+            points, normals = contacts_to_anchor_frame(points, normals, anchor)
+        active = active_contact_mask(depths, contacts["contact_thicknesses"])
+        zero = torch.zeros((), dtype=points.dtype, device=points.device)
+        groups["contact_normals"] = torch.where(active[..., None], normals, zero).flatten(-2)
+        groups["contact_points_1"] = torch.where(active[..., None], points, zero).flatten(-2)
+        groups["contact_depths"] = torch.where(active, depths, zero)
+    groups["joint_acts"] = joint_acts
+    if sig.states_frame == "body":
+        groups["gravity_dir"] = gravity_to_anchor_frame(anchor)
+    return groups, anchor
+
+
+def build_targets(sig: RobotSignature, states: Tensor, next_states: Tensor, anchor: Tensor | None) -> Tensor:
+    """(..., P) relative targets of each transition in the anchor frame of its first step."""
+    return compute_target(states, next_states, anchor, sig.layout)

@@ -1,0 +1,146 @@
+"""NeRDIntegrator: a Newton solver whose contact solving, dynamics and integration are a learned model.
+
+It has the step signature of Newton's solvers, ``step(state_in, state_out, control, contacts, dt)``, and reads
+everything from those arguments: joint coordinates and body poses from ``state_in``, joint torques from
+``control.joint_f``, and the contacts from the same :class:`newton.Contacts` set the analytical solver
+consumes (candidate points in body coordinates, ground points and normals in the world). One call advances
+one frame: it appends the current robot-centric token to each env's history, predicts the state change,
+integrates it (spec §6), writes ``joint_q``/``joint_qd`` of ``state_out`` and runs forward kinematics.
+
+History: a buffer (N, H, width) per token group, left-aligned. An env with L < H valid tokens holds them at
+positions 0..L-1 and its prediction is read at position L-1; the causal backbone never looks at later
+positions, so envs with different history lengths share one forward pass. A reset clears only the reset
+envs' histories (the release cleared every env's history whenever any env reset).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import newton
+import torch
+import warp as wp
+
+from nerd.features import RobotSignature, build_inputs
+from nerd.frames import transform_point
+from nerd.models.nerd_model import NeRDModel
+from nerd.representation import integrate_target
+
+
+class RolloutDivergedError(RuntimeError):
+    """A neural rollout produced non-finite states."""
+
+
+class NeRDIntegrator(newton.solvers.SolverBase):
+    """Learned one-frame integrator for N copies of one robot.
+
+    Args:
+        model: The Newton model of the N robot copies.
+        nerd_model: The trained network (with its normalisation statistics).
+        signature: The robot the network was trained for.
+        num_envs: Number of robot copies N in ``model``.
+        anchor_body: Body index (within one env) of the robot-centric anchor.
+        act_dof_indices: DoF indices (within one env's joint_qd) whose ``joint_f`` are the torques fed to the model.
+        frame_dt: The frame duration the network was trained for [s]; ``step`` refuses another ``dt``.
+        history_length: Tokens of history H (10 in the paper; capped by the backbone's ``max_history``).
+        check_nan: Raise :class:`RolloutDivergedError` when a prediction is not finite.
+    """
+
+    def __init__(self, model: newton.Model, nerd_model: NeRDModel, signature: RobotSignature, *, num_envs: int,
+                 anchor_body: int, act_dof_indices: Sequence[int], frame_dt: float, history_length: int = 10,
+                 check_nan: bool = True):
+        super().__init__(model)
+        self.nerd_model = nerd_model
+        self.signature = signature
+        self.num_envs = num_envs
+        self.frame_dt = frame_dt
+        self.check_nan = check_nan
+        self.bodies_per_env = model.body_count // num_envs
+        self.anchor_body = anchor_body
+        self.act_dof_indices = list(act_dof_indices)
+        self.history_length = max(1, min(history_length, nerd_model.max_history))
+        self.torch_device = wp.device_to_torch(model.device)
+        self._history = {
+            name: torch.zeros(num_envs, self.history_length, width, device=self.torch_device)
+            for name, width in signature.input_groups.items()
+        }
+        self.history_count = torch.zeros(num_envs, dtype=torch.long, device=self.torch_device)
+        """(N,) valid history tokens per env."""
+        self._env_rows = torch.arange(num_envs, device=self.torch_device)
+
+    def reset(self, env_ids: Sequence[int] | torch.Tensor | None = None) -> None:
+        """Forget the history of ``env_ids`` (all envs if None)."""
+        if env_ids is None:
+            self.history_count.zero_()
+        else:
+            self.history_count[torch.as_tensor(env_ids, device=self.torch_device, dtype=torch.long)] = 0
+
+    # ----------------------------------------------------------------------------------------------
+    def current_inputs(self, state: newton.State, control: newton.Control, contacts: newton.Contacts | None
+                       ) -> tuple[dict[str, torch.Tensor], torch.Tensor | None, torch.Tensor]:
+        """Token groups (N, width), anchor (N, 7) or None, and world states (N, S) of ``state``."""
+        n, sig = self.num_envs, self.signature
+        states = torch.cat([wp.to_torch(state.joint_q).view(n, -1), wp.to_torch(state.joint_qd).view(n, -1)], dim=1)
+        body_q = wp.to_torch(state.body_q).view(n, self.bodies_per_env, 7)
+        torques = wp.to_torch(control.joint_f).view(n, -1)[:, self.act_dof_indices]
+        features = None
+        if sig.contact_count:
+            if contacts is None:
+                raise ValueError(f"{sig.env_name} has {sig.contact_count} contact candidates; step() needs its contacts")
+            features = self._contact_features(wp.to_torch(state.body_q), contacts)
+        groups, anchor = build_inputs(sig, states, body_q[:, self.anchor_body], torques, features)
+        return groups, anchor, states
+
+    def _contact_features(self, body_q: torch.Tensor, contacts: newton.Contacts) -> dict[str, torch.Tensor]:
+        n, c = self.num_envs, self.signature.contact_count
+        shape_body = wp.to_torch(self.model.shape_body)
+        bodies = shape_body[wp.to_torch(contacts.rigid_contact_shape0).long()]
+        x = transform_point(body_q[bodies], wp.to_torch(contacts.rigid_contact_point0))
+        # Newton's normal points from the robot into the ground; the features use the ground's outward normal.
+        normal = -wp.to_torch(contacts.rigid_contact_normal)
+        ground = wp.to_torch(contacts.rigid_contact_point1)
+        return {
+            "contact_normals": normal.view(n, c, 3),
+            "contact_points_1": ground.view(n, c, 3),
+            "contact_depths": ((x - ground) * normal).sum(-1).view(n, c),
+            "contact_thicknesses": wp.to_torch(contacts.rigid_contact_margin0).view(n, c),
+        }
+
+    def push_history(self, groups: dict[str, torch.Tensor]) -> None:
+        """Append one token (N, width per group) to every env's history, dropping the oldest when full."""
+        full = self.history_count == self.history_length
+        position = self.history_count.clamp(max=self.history_length - 1)
+        for name, buffer in self._history.items():
+            if full.any():
+                buffer[full] = torch.roll(buffer[full], shifts=-1, dims=1)
+            buffer[self._env_rows, position] = groups[name].to(buffer.dtype)
+        self.history_count = (self.history_count + 1).clamp(max=self.history_length)
+
+    @torch.no_grad()
+    def predict_targets(self) -> torch.Tensor:
+        """De-normalised relative targets (N, P) from the current histories."""
+        if bool((self.history_count == 0).any()):
+            raise RuntimeError("predict_targets() needs at least one history token per env; call push_history()")
+        length = int(self.history_count.max())
+        normalized = self.nerd_model({name: buf[:, :length] for name, buf in self._history.items()})
+        last = normalized[self._env_rows, self.history_count - 1]
+        return self.nerd_model.target_norm.denormalize(last)
+
+    # ----------------------------------------------------------------------------------------------
+    def step(self, state_in: newton.State, state_out: newton.State, control: newton.Control,
+             contacts: newton.Contacts | None, dt: float, *, observables=None) -> None:
+        """Advance one frame of ``dt`` (must equal the training frame duration)."""
+        if abs(dt - self.frame_dt) > 1e-9:
+            raise ValueError(f"NeRD predicts whole frames of {self.frame_dt:.6g} s; step() got dt = {dt:.6g} s")
+        groups, anchor, states = self.current_inputs(state_in, control, contacts)
+        self.push_history(groups)
+        next_states = integrate_target(states, self.predict_targets(), anchor, self.signature.layout)
+        if self.check_nan and not bool(torch.isfinite(next_states).all()):
+            bad = torch.nonzero(~torch.isfinite(next_states).all(dim=1)).flatten().tolist()
+            raise RolloutDivergedError(f"NeRD rollout produced non-finite states in envs {bad[:8]}")
+        n, dof_q = self.num_envs, self.signature.dof_q
+        wp.to_torch(state_out.joint_q).view(n, -1).copy_(next_states[:, :dof_q])
+        wp.to_torch(state_out.joint_qd).view(n, -1).copy_(next_states[:, dof_q:])
+        if self.model.device.is_cuda:
+            torch.cuda.current_stream(self.torch_device).synchronize()
+        newton.eval_fk(self.model, state_out.joint_q, state_out.joint_qd, state_out)

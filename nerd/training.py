@@ -1,0 +1,203 @@
+"""Training a NeRD model: one explicit loop over dataset windows (spec §7).
+
+batch -> normalised MSE over every causal position -> backward -> clip -> Adam step, with a linear learning-
+rate decay; after every epoch a validation loss, a short passive rollout against the ground truth, TensorBoard
+scalars and checkpoints (``nn/last.pt`` and ``nn/best.pt`` by validation loss) in the run directory.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from tqdm import tqdm
+
+from nerd.checkpoint import load_checkpoint, save_checkpoint
+from nerd.config import to_dict
+from nerd.datasets.windows import TrajectoryWindows
+from nerd.models import ModelConfig
+from nerd.models.nerd_model import NeRDModel
+
+
+@dataclass
+class DatasetConfig:
+    """Where the training data is."""
+
+    train: str = ""
+    """Training HDF5 file (relative paths are relative to the working directory of the command)."""
+    valid: str = ""
+    """Validation HDF5 file."""
+    max_train_trajectories: int | None = None
+    """Use only the first trajectories of the training file; None for all."""
+
+
+@dataclass
+class RolloutEvalConfig:
+    """The short passive rollout evaluated after every epoch."""
+
+    num_envs: int = 64
+    """Trajectories rolled out."""
+    horizon: int = 100
+    """Steps per trajectory."""
+    seed: int = 500
+    """Seed of the initial states."""
+
+
+@dataclass
+class TrainConfig:
+    """A NeRD training run."""
+
+    env_name: str
+    """Robot the model is for; must match the datasets."""
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    """Training and validation data."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """Backbone type and sizes."""
+    history_length: int = 10
+    """Window length H: tokens of history the model sees."""
+    batch_size: int = 512
+    """Windows per optimiser step."""
+    num_epochs: int = 10
+    """Passes over the training windows (or over ``batches_per_epoch`` batches)."""
+    batches_per_epoch: int | None = None
+    """Cap on optimiser steps per epoch; None for every window once."""
+    valid_batches: int = 50
+    """Validation batches per epoch."""
+    lr_start: float = 1.0e-3
+    """Learning rate at the first step."""
+    lr_end: float = 1.0e-4
+    """Learning rate at the last step (linear decay)."""
+    grad_clip: float = 1.0
+    """Gradient-norm clip."""
+    rollout_eval: RolloutEvalConfig = field(default_factory=RolloutEvalConfig)
+    """Per-epoch passive rollout check."""
+
+
+def get_lr(step: int, total_steps: int, lr_start: float, lr_end: float) -> float:
+    """Linear decay from ``lr_start`` at step 0 to ``lr_end`` at the last step."""
+    frac = min(step / max(total_steps - 1, 1), 1.0)
+    return lr_start + frac * (lr_end - lr_start)
+
+
+@torch.no_grad()
+def validation_loss(model: NeRDModel, data: TrajectoryWindows, batch_size: int, batches: int, seed: int) -> float:
+    """Mean normalised loss over ``batches`` random validation batches (the same ones every epoch)."""
+    model.eval()
+    losses = [model.loss(x, y).item() for x, y in data.iterate(batch_size, torch.Generator().manual_seed(seed), batches)]
+    model.train()
+    return sum(losses) / max(len(losses), 1)
+
+
+def _git_description() -> dict[str, str]:
+    here = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
+        status = subprocess.run(["git", "status", "--short"], cwd=here, capture_output=True, text=True, timeout=10)
+        return {"commit": commit.stdout.strip(), "status": status.stdout}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": "unknown", "status": ""}
+
+
+def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int = 0,
+          checkpoint: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
+    """Train a NeRD model; returns a summary (best validation loss, checkpoint paths, time).
+
+    ``checkpoint``: resume that run (same training file: its weights, optimiser and epoch) or fine-tune it on a
+    new training file (its weights and normalisation statistics, a fresh optimiser, from epoch 0).
+    """
+    from torch.utils.tensorboard import SummaryWriter
+
+    from nerd.evaluation import evaluate_passive
+
+    torch.manual_seed(seed)
+    logdir = Path(logdir)
+    train_data = TrajectoryWindows(cfg.dataset.train, cfg.history_length, device, cfg.dataset.max_train_trajectories)
+    valid_data = TrajectoryWindows(cfg.dataset.valid, cfg.history_length, device)
+    sig = train_data.signature
+    for name, data in (("training", train_data), ("validation", valid_data)):
+        if data.signature.env_name != cfg.env_name:
+            raise ValueError(f"the {name} dataset is for {data.signature.env_name}, but the config trains {cfg.env_name}")
+    valid_data.signature.check_compatible(sig, what="validation dataset")
+
+    start_epoch = 0
+    optimizer_state = None
+    if checkpoint is not None:
+        model, ckpt_sig, payload = load_checkpoint(checkpoint, device)
+        ckpt_sig.check_compatible(sig, what="checkpoint")
+        if Path(payload["config"]["dataset"]["train"]).resolve() == Path(cfg.dataset.train).resolve():
+            start_epoch, optimizer_state = payload["epoch"] + 1, payload["optimizer_state"]
+    else:
+        model = NeRDModel(sig.input_groups, sig.target_dim, cfg.model).to(device)
+        # Statistics of every step of the training set, computed once.
+        model.update_statistics({k: v.flatten(0, 1) for k, v in train_data.inputs.items()}, train_data.targets.flatten(0, 1))
+    model.train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr_start)
+    if optimizer_state is not None:
+        optimizer.load_state_dict(optimizer_state)
+
+    logdir.mkdir(parents=True, exist_ok=True)
+    config_dict = to_dict(cfg)
+    (logdir / "config.yaml").write_text(yaml.safe_dump(config_dict, sort_keys=False))
+    (logdir / "git.yaml").write_text(yaml.safe_dump(_git_description()))
+    writer = SummaryWriter(str(logdir))
+    writer.add_text("hyperparameters", "|key|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in config_dict.items()))
+
+    batches = len(range(0, len(train_data), cfg.batch_size))
+    steps_per_epoch = min(batches, cfg.batches_per_epoch or batches)
+    total_steps = steps_per_epoch * cfg.num_epochs
+    generator = torch.Generator().manual_seed(seed)
+    best_valid, best_path, last_path = float("inf"), logdir / "nn" / "best.pt", logdir / "nn" / "last.pt"
+    history: list[dict[str, float]] = []
+    started = time.perf_counter()
+    step = start_epoch * steps_per_epoch
+    for epoch in range(start_epoch, cfg.num_epochs):
+        epoch_start, losses = time.perf_counter(), []
+        bar = tqdm(train_data.iterate(cfg.batch_size, generator, steps_per_epoch), total=steps_per_epoch,
+                   desc=f"epoch {epoch}", disable=not progress)
+        for inputs, target in bar:
+            lr = get_lr(step, total_steps, cfg.lr_start, cfg.lr_end)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            loss = model.loss(inputs, target)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+            losses.append(loss.item())
+            if step % 50 == 0:
+                writer.add_scalar("losses/train", loss.item(), step)
+                writer.add_scalar("losses/grad_norm", grad_norm.item(), step)
+                writer.add_scalar("perf/lr", lr, step)
+                bar.set_postfix(loss=f"{loss.item():.4g}")
+            step += 1
+        epoch_seconds = time.perf_counter() - epoch_start
+        valid = validation_loss(model, valid_data, cfg.batch_size, cfg.valid_batches, seed + 1)
+        save_checkpoint(last_path, model, sig, config_dict, epoch=epoch, optimizer=optimizer)
+        ckpt_metrics = {}
+        if cfg.rollout_eval.num_envs > 0:
+            ckpt_metrics = evaluate_passive(
+                cfg.env_name, str(last_path), "neural", cfg.rollout_eval.num_envs, cfg.rollout_eval.num_envs,
+                cfg.rollout_eval.horizon, cfg.rollout_eval.seed, device=device, progress=False,
+            )["metrics"]
+            for name, value in ckpt_metrics.items():
+                writer.add_scalar(f"eval/{name}", value, epoch)
+        writer.add_scalar("losses/valid", valid, epoch)
+        writer.add_scalar("perf/windows_per_second", len(losses) * cfg.batch_size / epoch_seconds, epoch)
+        record = {"epoch": epoch, "train_loss": sum(losses) / max(len(losses), 1), "valid_loss": valid,
+                  "epoch_seconds": epoch_seconds, **ckpt_metrics}
+        history.append(record)
+        print(" ".join(f"{k} {v:.5g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()), flush=True)
+        if valid < best_valid:
+            best_valid = valid
+            save_checkpoint(best_path, model, sig, config_dict, epoch=epoch, extra={"valid_loss": valid, **ckpt_metrics})
+    writer.close()
+    summary = {"best_valid_loss": best_valid, "best_checkpoint": str(best_path), "last_checkpoint": str(last_path),
+               "train_seconds": time.perf_counter() - started, "epochs": history,
+               "train_windows": len(train_data), "parameters": sum(p.numel() for p in model.parameters())}
+    (logdir / "summary.yaml").write_text(yaml.safe_dump(summary, sort_keys=False))
+    return summary

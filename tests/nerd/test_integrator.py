@@ -1,0 +1,122 @@
+"""NeRDIntegrator and NeuralEnvironment: integration pipeline, per-env history, interface equality."""
+
+import pytest
+import torch
+
+from envs import make_env
+from nerd.features import build_inputs, build_targets, signature_of_env
+from nerd.models import ModelConfig
+from nerd.models.nerd_model import NeRDModel
+from nerd.models.transformer import TransformerConfig
+from nerd.neural_environment import NeuralEnvironment
+
+TINY = ModelConfig(type="transformer", transformer=TransformerConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, head_hidden=[16]))
+
+
+def tiny_neural_env(name: str, num_envs: int, env_mode: str = "neural", **kwargs) -> NeuralEnvironment:
+    """A NeuralEnvironment with an untrained tiny model (unit statistics)."""
+    env = make_env(name, num_envs, **kwargs)
+    sig = signature_of_env(env)
+    return NeuralEnvironment(env, NeRDModel(sig.input_groups, sig.target_dim, TINY), env_mode)
+
+
+@pytest.mark.parametrize("name", ["Cartpole", "PendulumWithContact", "Ant"])
+def test_perfect_predictor_reproduces_ground_truth(name):
+    """With the model replaced by the exact ground-truth target, neural rollouts equal ground-truth rollouts."""
+    n, steps = 3, 15
+    gen = torch.Generator().manual_seed(1)
+    gt_env = make_env(name, n)
+    nenv = tiny_neural_env(name, n)
+    start = gt_env.env.sample_initial_states(n, gen)
+    torques = [gt_env.env.sample_random_torques(n, gen) for _ in range(steps)]
+    gt_env.set_states(start)
+    nenv.reset(states=start)
+    sig = signature_of_env(gt_env)
+    for tau in torques:
+        s0, root = gt_env.get_states(), gt_env.get_root_body_q()
+        _, anchor = build_inputs(sig, s0, root, tau, gt_env.get_contacts())
+        gt_env.step_with_joint_act(tau)
+        exact = build_targets(sig, s0, gt_env.get_states(), anchor)
+        nenv.integrator.predict_targets = lambda exact=exact: exact
+        nenv.step_with_joint_act(tau)
+        torch.testing.assert_close(nenv.get_states(), gt_env.get_states(), atol=2e-4, rtol=1e-4)
+    # Body poses and contacts were refreshed from the integrated state too.
+    torch.testing.assert_close(nenv.get_root_body_q(), gt_env.get_root_body_q(), atol=2e-4, rtol=0)
+    if nenv.contact_count:
+        torch.testing.assert_close(nenv.get_contacts()["contact_depths"], gt_env.get_contacts()["contact_depths"], atol=2e-4, rtol=0)
+
+
+def test_neural_inputs_match_the_contact_environment_features():
+    """The integrator rebuilds, from Newton's contact set, exactly the features the environment reports."""
+    nenv = tiny_neural_env("Ant", 2)
+    nenv.reset(generator=torch.Generator().manual_seed(0))
+    groups, _, _ = nenv.integrator.current_inputs(nenv.state_0, nenv.control, nenv.contacts)
+    expected, _ = build_inputs(nenv.signature, nenv.get_states(), nenv.get_root_body_q(), nenv.joint_acts, nenv.get_contacts())
+    for name in expected:
+        torch.testing.assert_close(groups[name], expected[name], atol=1e-5, rtol=0)
+
+
+def test_reset_clears_only_the_reset_envs_history():
+    """After reset(env_ids=[1]) env 1 restarts its history at one token; the others keep theirs."""
+    nenv = tiny_neural_env("PendulumWithContact", 3)
+    nenv.reset(generator=torch.Generator().manual_seed(0))
+    zero = torch.zeros(3, 2)
+    for _ in range(4):
+        nenv.step_with_joint_act(zero)
+    assert nenv.integrator.history_count.tolist() == [4, 4, 4]
+    nenv.reset(env_ids=[1], generator=torch.Generator().manual_seed(1))
+    nenv.step_with_joint_act(zero)
+    assert nenv.integrator.history_count.tolist() == [5, 1, 5]
+    for _ in range(10):
+        nenv.step_with_joint_act(zero)
+    assert nenv.integrator.history_count.tolist() == [10, 10, 10]
+
+
+def test_batched_histories_of_different_lengths_predict_as_if_alone():
+    """An env's prediction does not depend on the other envs' history lengths (left-aligned causal batch)."""
+    gen = torch.Generator().manual_seed(2)
+    together = tiny_neural_env("PendulumWithContact", 2)
+    alone = NeuralEnvironment(make_env("PendulumWithContact", 1), together.integrator.nerd_model)
+    start = together.env.sample_initial_states(2, gen)
+    together.reset(states=start)
+    for _ in range(3):
+        together.step_with_joint_act(torch.zeros(2, 2))
+    together.reset(env_ids=[1], states=start[1:])
+    alone.reset(states=start[1:])
+    for _ in range(4):
+        together.step_with_joint_act(torch.zeros(2, 2))
+        alone.step_with_joint_act(torch.zeros(1, 2))
+        torch.testing.assert_close(together.get_states()[1:], alone.get_states(), atol=1e-5, rtol=1e-5)
+
+
+def test_modes_share_one_interface_and_switch_mid_rollout():
+    """Both modes take the same calls and return the same shapes; switching keeps the state continuous."""
+    nenv = tiny_neural_env("Ant", 2, env_mode="ground-truth")
+    nenv.reset(states=nenv.env.default_states(2))
+    shapes = {}
+    for mode in ("ground-truth", "neural", "ground-truth"):
+        nenv.set_env_mode(mode)
+        before = nenv.get_states()
+        nenv.step(torch.zeros(2, 8))
+        after = nenv.get_states()
+        contacts = nenv.get_contacts()
+        shapes.setdefault("states", after.shape)
+        assert after.shape == shapes["states"] and contacts["contact_depths"].shape == (2, 25)
+        assert not torch.equal(before, after)
+    # The history was recorded in ground-truth mode too.
+    assert nenv.integrator.history_count.tolist() == [3, 3]
+    with pytest.raises(ValueError, match="valid modes"):
+        nenv.set_env_mode("analytic")
+
+
+def test_neural_mode_without_model_is_an_error():
+    """Asking for neural mode without a model is a clear ValueError."""
+    with pytest.raises(ValueError, match="needs a NeRD model"):
+        NeuralEnvironment(make_env("Cartpole", 1), None, "neural")
+
+
+def test_wrong_frame_dt_is_refused():
+    """The integrator predicts whole training frames and refuses another dt."""
+    nenv = tiny_neural_env("Cartpole", 1)
+    with pytest.raises(ValueError, match="whole frames"):
+        nenv.integrator.step(nenv.state_0, nenv.state_0, nenv.control, nenv.contacts, 0.001)

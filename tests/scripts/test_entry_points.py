@@ -1,0 +1,95 @@
+"""Command-line entry points: a generate -> train -> evaluate smoke run, and one-line errors for bad input."""
+
+import json
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_script(script: str, *args: str, monkeypatch, capsys) -> tuple[int, str, str]:
+    """Run an entry point in-process; returns (exit code, stdout, stderr)."""
+    monkeypatch.setattr(sys, "argv", [script, *args])
+    code = 0
+    try:
+        runpy.run_path(str(REPO / script), run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def error_lines(stderr: str) -> list[str]:
+    """Lines of stderr that are not Warp's start-up banner or kernel-cache notices."""
+    return [line for line in stderr.splitlines() if line.startswith("error:")]
+
+
+def test_generate_train_evaluate_from_another_directory(tmp_path):
+    """The three scripts run from an unrelated working directory and produce their files."""
+    def run(*args):
+        result = subprocess.run([sys.executable, *args], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr[-2000:]
+        return result.stdout
+
+    for split, seed in (("train", 0), ("valid", 1)):
+        run(str(REPO / "generate/generate_dataset.py"), "--env-name", "Cartpole", "--num-transitions", "2000",
+            "--trajectory-length", "50", "--num-envs", "20", "--seed", str(seed), "--dataset-dir", "data",
+            "--dataset-name", split)
+    out = run(str(REPO / "train/train.py"), "--cfg", str(REPO / "cfg/train/Cartpole/cpu.yaml"), "--logdir", "run",
+              "--train-dataset", "data/train.hdf5", "--valid-dataset", "data/valid.hdf5", "--cfg-overrides",
+              "num_epochs=1", "batches_per_epoch=5", "batch_size=32", "valid_batches=2", "rollout_eval.num_envs=2",
+              "rollout_eval.horizon=5", "model.transformer.n_layer=1", "model.transformer.n_embd=16")
+    assert "best validation loss" in out
+    out = run(str(REPO / "eval/eval_passive_motion.py"), "--env-name", "Cartpole", "--model-path", "run/nn/best.pt",
+              "--env-mode", "neural", "--num-envs", "4", "--num-rollouts", "4", "--rollout-horizon", "20",
+              "--output", "eval/result.json")
+    assert "cart_position_error" in out
+    results = json.loads((tmp_path / "eval/result.json").read_text())
+    assert len(results["error_vs_step"]["pole_angle_error"]) == 20
+    assert (tmp_path / "eval/result.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--env-name", "Robot", "--num-transitions", "10"], "unknown env name 'Robot'"),
+    (["--env-name", "Cartpole", "--num-transitions", "0"], "--num-transitions must be positive"),
+])
+def test_generate_rejects_bad_arguments(args, message, tmp_path, monkeypatch, capsys):
+    """Unknown robots and empty requests exit 1 with one error line and write nothing."""
+    code, _, err = run_script("generate/generate_dataset.py", *args, "--dataset-dir", str(tmp_path),
+                              "--dataset-name", "x", monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 1
+    assert len(error_lines(err)) == 1 and message in error_lines(err)[0]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_generate_refuses_to_overwrite(tmp_path, monkeypatch, capsys):
+    """An existing output without --overwrite is an error and the file is left untouched."""
+    (tmp_path / "x.hdf5").write_text("keep me")
+    code, _, err = run_script("generate/generate_dataset.py", "--env-name", "Cartpole", "--num-transitions", "10",
+                              "--dataset-dir", str(tmp_path), "--dataset-name", "x", monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 1 and "pass --overwrite" in error_lines(err)[0]
+    assert (tmp_path / "x.hdf5").read_text() == "keep me"
+
+
+def test_train_rejects_unknown_config_keys_and_missing_data(tmp_path, monkeypatch, capsys):
+    """A typo in a config key names the dotted key; a missing dataset names the file."""
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("env_name: Cartpole\nmodel:\n  transformer:\n    n_layers: 3\n")
+    code, _, err = run_script("train/train.py", "--cfg", str(cfg), "--logdir", str(tmp_path / "run"),
+                              monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 1 and "unknown config key 'model.transformer.n_layers'" in error_lines(err)[0]
+    code, _, err = run_script("train/train.py", "--cfg", str(REPO / "cfg/train/Cartpole/cpu.yaml"), "--logdir",
+                              str(tmp_path / "run"), "--train-dataset", str(tmp_path / "none.hdf5"),
+                              monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 1 and "dataset not found" in error_lines(err)[0]
+
+
+def test_eval_needs_a_model_for_neural_mode(monkeypatch, capsys):
+    """Neural evaluation without --model-path is a one-line error."""
+    code, _, err = run_script("eval/eval_passive_motion.py", "--env-name", "Cartpole", "--env-mode", "neural",
+                              "--num-envs", "2", "--num-rollouts", "2", monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 1 and "needs --model-path" in error_lines(err)[0]
