@@ -27,6 +27,8 @@ ACTION_SCALE = 1500.0  # [N] cart force per unit action
 INIT_Q_RANGE = (3.5, torch.pi)
 INIT_QD_RANGE = (10.0, 10.0)
 TORQUE_NOISE_SCALE = (1500.0, 0.0)
+# Task reset (spec §3): x, x_dot, theta_dot ~ U(-1, 1), theta ~ U(-pi, pi).
+RESET_RANGE = (1.0, torch.pi, 1.0, 1.0)
 
 
 class Cartpole(Environment):
@@ -78,6 +80,10 @@ class Cartpole(Environment):
         """x in [-3.5, 3.5] m, theta in [-pi, pi], both rates in [-10, 10]."""
         high = (*INIT_Q_RANGE, *INIT_QD_RANGE)
         return uniform([-h for h in high], high, n, generator).to(self.torch_device)
+
+    def sample_reset_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """Task reset: x, x_dot, theta_dot in [-1, 1], theta in [-pi, pi]."""
+        return uniform([-h for h in RESET_RANGE], RESET_RANGE, n, generator).to(self.torch_device)
 
     def sample_random_torques(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """Cart force uniform in [-1500, 1500] N, no pole torque."""

@@ -133,6 +133,13 @@ class Environment:
         """White-noise joint torques (n, act_dim) for data generation (spec §8)."""
         raise NotImplementedError
 
+    def sample_reset_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """The robot's own random reset (tasks, passive evaluation): (n, dof_q + dof_qd), world frame.
+
+        Defaults to the data-generation sampler; robots whose tasks reset differently override it.
+        """
+        return self.sample_initial_states(n, generator)
+
     @property
     def action_dim(self) -> int:
         """Width of the action vector taken by :meth:`step`."""
@@ -182,10 +189,10 @@ class Environment:
 
     def reset(self, env_ids: Sequence[int] | torch.Tensor | None = None, states: torch.Tensor | None = None,
               generator: torch.Generator | None = None) -> None:
-        """Reset ``env_ids`` (all if None) to ``states``, or to random initial states when none are given."""
+        """Reset ``env_ids`` (all if None) to ``states``, or to the robot's random reset states when none are given."""
         n = self.num_envs if env_ids is None else len(env_ids)
         if states is None:
-            states = self.sample_initial_states(n, generator or torch.Generator().manual_seed(0))
+            states = self.sample_reset_states(n, generator or torch.Generator().manual_seed(0))
         self.set_states(states, env_ids)
         rows = slice(None) if env_ids is None else torch.as_tensor(env_ids, device=self.torch_device)
         self.joint_acts[rows] = 0.0

@@ -1,6 +1,6 @@
 """Passive-motion evaluation (spec §9): NeRD (or the ground truth itself) against the ground-truth simulator.
 
-From the same random initial states, the ground truth and the evaluated simulator roll out autoregressively
+From the same random initial states (the robot's task reset distribution), the ground truth and the evaluated simulator roll out autoregressively
 for H frames with zero actions (a robot's controller still acts, e.g. a PD law). Errors are measured per step
 and averaged over **all steps (1..H) and all trajectories**, per robot as its env module defines
 (``passive_metrics``), plus per-coordinate errors and the error of every metric at every step.
@@ -83,7 +83,7 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
     done = 0
     batches = math.ceil(num_rollouts / num_envs)
     for _ in tqdm(range(batches), desc=f"{env_name} {env_mode}", unit="batch", disable=not progress):
-        initial = env.env.sample_initial_states(num_envs, generator)
+        initial = env.env.sample_reset_states(num_envs, generator)
         gt = rollout(nenv, initial, horizon, "ground-truth")
         pred = rollout(nenv, initial, horizon, env_mode)
         keep = min(num_envs, num_rollouts - done)

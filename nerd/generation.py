@@ -105,7 +105,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
     try:
         with tqdm(total=num_trajectories * T, unit="transition", disable=not progress, desc=cfg.env_name) as bar:
             while kept < num_trajectories:
-                env.reset(generator=generator)
+                env.reset(states=env.env.sample_initial_states(n, generator))
                 if random_planes:
                     contacts = env.get_contacts()
                     normals, points = env.env.sample_ground_planes(

@@ -1,0 +1,122 @@
+"""Ground-truth stepping and dataset-generation throughput (issue: foundation benchmarks).
+
+Measures, with a warm Warp kernel cache (compile time is measured separately, in a subprocess with an empty
+cache, and never counted in throughput):
+
+* env-steps/s (frames x envs per second) of every robot at N = 1, 64, 512, captured graph vs plain launches;
+* dataset generation transitions/s vs raw captured stepping at the same N and trajectory length.
+
+Writes ``bench/results/envs.json`` and prints a Markdown table.
+
+Example:
+    python bench/bench_envs.py                 # everything (a few minutes on 2 CPU cores)
+    python bench/bench_envs.py --quick         # N = 1 and 64 only, no cold-cache compile
+"""
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from envs import ENV_NAMES, make_env
+from nerd.cli import resolve_device, run_main
+from nerd.generation import GenerationConfig, generate_dataset
+
+MIN_SECONDS = 1.5  # time each measurement at least this long
+
+
+def steps_per_second(name: str, num_envs: int, use_graph: bool, device: str) -> float:
+    """Frames x envs per second of zero-torque stepping (after one warm-up frame that loads/captures)."""
+    env = make_env(name, num_envs, device=device, use_graph=use_graph)
+    env.reset(generator=torch.Generator().manual_seed(0))
+    torques = torch.zeros(num_envs, env.act_dim, device=env.torch_device)
+    env.step_with_joint_act(torques)
+    frames, start = 0, time.perf_counter()
+    while time.perf_counter() - start < MIN_SECONDS:
+        env.step_with_joint_act(torques)
+        frames += 1
+    env.synchronize()
+    return frames * num_envs / (time.perf_counter() - start)
+
+
+def cold_compile_seconds(name: str, device: str) -> float:
+    """Seconds to build the robot and run its first frame with an empty kernel cache (in a subprocess)."""
+    code = (
+        "import time; t = time.perf_counter(); import torch; from envs import make_env; "
+        f"env = make_env('{name}', 1, device='{device}'); "
+        "env.step_with_joint_act(torch.zeros(1, env.act_dim, device=env.torch_device)); "
+        "print(time.perf_counter() - t)"
+    )
+    with tempfile.TemporaryDirectory() as cache:
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                env={**os.environ, "WARP_CACHE_PATH": cache}, check=True)
+    return float(result.stdout.strip().splitlines()[-1])
+
+
+def generation_vs_stepping(name: str, num_envs: int, length: int, device: str) -> dict[str, float]:
+    """Generation transitions/s against raw captured stepping with random torques at the same size."""
+    env = make_env(name, num_envs, device=device)
+    gen = torch.Generator().manual_seed(0)
+    env.reset(states=env.env.sample_initial_states(num_envs, gen))
+    env.step_with_joint_act(env.env.sample_random_torques(num_envs, gen))
+    start = time.perf_counter()
+    for _ in range(length):
+        env.step_with_joint_act(env.env.sample_random_torques(num_envs, gen))
+    env.synchronize()
+    raw = num_envs * length / (time.perf_counter() - start)
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = GenerationConfig(name, num_envs * length, trajectory_length=length, num_envs=num_envs)
+        generate_dataset(cfg, Path(tmp) / "bench.hdf5", device=device, progress=False)  # warm-up
+        summary = generate_dataset(cfg, Path(tmp) / "bench2.hdf5", device=device, progress=False)
+    return {"raw_steps_per_s": raw, "generation_transitions_per_s": summary.transitions_per_second,
+            "ratio": summary.transitions_per_second / raw}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--quick", action="store_true", help="N = 1 and 64 only, skip cold-cache compile times")
+    parser.add_argument("--output", default=str(Path(__file__).parent / "results" / "envs.json"))
+    args = parser.parse_args()
+    device = resolve_device(args.device)
+    sizes = (1, 64) if args.quick else (1, 64, 512)
+    generation_sizes = {"Cartpole": 2048, "PendulumWithContact": 2048, "Ant": 64}
+    results = {"device": device, "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+               "torch_threads": torch.get_num_threads(), "stepping": [], "compile": {}, "generation": {}}
+    for name in ENV_NAMES:
+        for n in sizes:
+            captured = steps_per_second(name, n, True, device)
+            plain = steps_per_second(name, n, False, device)
+            results["stepping"].append({"env": name, "num_envs": n, "captured": captured, "uncaptured": plain})
+            print(f"{name:<20} N={n:<4} captured {captured:>12,.0f}  uncaptured {plain:>12,.0f} env-steps/s", flush=True)
+        if not args.quick:
+            results["compile"][name] = cold_compile_seconds(name, device)
+            print(f"{name:<20} cold-cache build + first frame {results['compile'][name]:.1f} s", flush=True)
+        results["generation"][name] = {"num_envs": generation_sizes[name], "trajectory_length": 100,
+                                       **generation_vs_stepping(name, generation_sizes[name], 100, device)}
+        print(f"{name:<20} generation {results['generation'][name]['ratio']:.0%} of raw stepping", flush=True)
+
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    print("\n| robot | N | captured env-steps/s | uncaptured env-steps/s | speed-up |\n|---|---|---|---|---|")
+    for row in results["stepping"]:
+        print(f"| {row['env']} | {row['num_envs']} | {row['captured']:,.0f} | {row['uncaptured']:,.0f} | "
+              f"{row['captured'] / row['uncaptured']:.1f}x |")
+    print("\n| robot | N | raw stepping /s | generation transitions/s | ratio | cold compile (s) |\n|---|---|---|---|---|---|")
+    for name, row in results["generation"].items():
+        compile_s = results["compile"].get(name)
+        print(f"| {name} | {row['num_envs']} | {row['raw_steps_per_s']:,.0f} | {row['generation_transitions_per_s']:,.0f} | "
+              f"{row['ratio']:.0%} | {'-' if compile_s is None else f'{compile_s:.0f}'} |")
+    print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    run_main(main)
