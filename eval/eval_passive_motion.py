@@ -11,7 +11,7 @@ from pathlib import Path
 
 from envs import ENV_NAMES
 from nerd.cli import check_output, resolve_device, run_main
-from nerd.evaluation import evaluate_passive, format_results, write_results
+from nerd.evaluation import evaluate_passive, format_config_table, format_results, write_results
 
 
 def main() -> None:
@@ -22,7 +22,8 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=2048)
     parser.add_argument("--num-rollouts", type=int, default=2048)
     parser.add_argument("--rollout-horizon", type=int, default=100)
-    parser.add_argument("--contact-config", type=int, default=None, help="pendulum ground configuration (0-6)")
+    parser.add_argument("--contact-config", type=int, nargs="+", default=None,
+                        help="pendulum ground configuration(s) 0-6; several give one table over them")
     parser.add_argument("--output", default=None, help="results JSON (a PNG of error vs step is written beside it)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=500)
@@ -32,15 +33,20 @@ def main() -> None:
     if args.env_name not in ENV_NAMES:
         raise ValueError(f"unknown env name '{args.env_name}'; valid names: {', '.join(ENV_NAMES)}")
     output = check_output(args.output, args.overwrite) if args.output else None
-    results = evaluate_passive(
-        args.env_name, args.model_path, args.env_mode, args.num_envs, args.num_rollouts, args.rollout_horizon,
-        args.seed, args.contact_config, resolve_device(args.device),
-    )
-    print(format_results(results))
+    configs = args.contact_config or [None]
+    runs = [
+        evaluate_passive(args.env_name, args.model_path, args.env_mode, args.num_envs, args.num_rollouts,
+                         args.rollout_horizon, args.seed, config, resolve_device(args.device))
+        for config in configs
+    ]
+    for results in runs:
+        print(format_results(results))
+    if len(runs) > 1:
+        print(format_config_table(runs))
     if output:
-        write_results(results, output, Path(output).with_suffix(".png"))
-        print(f"wrote {output} and {Path(output).with_suffix('.png')}")
-
+        results = runs[0] if len(runs) == 1 else {"contact_configs": {str(r["contact_config"]): r for r in runs}}
+        write_results(results, output, Path(output).with_suffix(".png") if len(runs) == 1 else None)
+        print(f"wrote {output}" + (f" and {Path(output).with_suffix('.png')}" if len(runs) == 1 else ""))
 
 if __name__ == "__main__":
     run_main(main)

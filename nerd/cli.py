@@ -10,9 +10,11 @@ from pathlib import Path
 
 from nerd.config import ConfigError
 from nerd.datasets.hdf5 import DatasetError
+from nerd.errors import RolloutDivergedError
 
-# Errors that are the user's input, reported as one line; anything else is a bug and keeps its traceback.
-USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, ConfigError, DatasetError, KeyError, OSError)
+# Errors caused by the user's input or a failed run, reported as one line; anything else is a bug and keeps
+# its traceback. (ConfigError and DatasetError are ValueErrors; FileNotFoundError/FileExistsError are OSErrors.)
+USER_ERRORS = (ValueError, OSError, ConfigError, DatasetError, RolloutDivergedError)
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:
@@ -51,9 +53,7 @@ def run_main(main: Callable[[], None]) -> None:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
     except USER_ERRORS as err:
-        message = str(err) or type(err).__name__
-        if isinstance(err, KeyError):
-            message = f"missing key {message}"
+        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         print(f"error: {message}", file=sys.stderr)
         sys.exit(1)
 

@@ -120,6 +120,15 @@ def format_results(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def format_config_table(runs: list[dict[str, Any]]) -> str:
+    """A Markdown table with one row per ground configuration of several evaluations of one model."""
+    names = list(runs[0]["metrics"])
+    lines = ["| contact config | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for r in runs:
+        lines.append(f"| {r['contact_config']} | " + " | ".join(f"{r['metrics'][n]:.4f}" for n in names) + " |")
+    return "\n".join(lines)
+
+
 def write_results(results: dict[str, Any], json_path: str | Path, png_path: str | Path | None = None) -> None:
     """Write the results as JSON and, optionally, a PNG of every metric against the step."""
     json_path = Path(json_path)

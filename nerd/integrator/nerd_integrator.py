@@ -21,14 +21,11 @@ import newton
 import torch
 import warp as wp
 
+from nerd.errors import RolloutDivergedError
 from nerd.features import RobotSignature, build_inputs
 from nerd.frames import transform_point
 from nerd.models.nerd_model import NeRDModel
 from nerd.representation import integrate_target
-
-
-class RolloutDivergedError(RuntimeError):
-    """A neural rollout produced non-finite states."""
 
 
 class NeRDIntegrator(newton.solvers.SolverBase):

@@ -120,3 +120,26 @@ def test_wrong_frame_dt_is_refused():
     nenv = tiny_neural_env("Cartpole", 1)
     with pytest.raises(ValueError, match="whole frames"):
         nenv.integrator.step(nenv.state_0, nenv.state_0, nenv.control, nenv.contacts, 0.001)
+
+
+def test_non_finite_prediction_stops_the_rollout():
+    """A NaN prediction raises RolloutDivergedError naming the env instead of corrupting the state."""
+    from nerd.errors import RolloutDivergedError
+
+    nenv = tiny_neural_env("Cartpole", 2)
+    nenv.reset(generator=torch.Generator().manual_seed(0))
+    nenv.integrator.predict_targets = lambda: torch.tensor([[0.0, 0.0, 0.0, 0.0], [float("nan"), 0.0, 0.0, 0.0]])
+    before = nenv.get_states()
+    with pytest.raises(RolloutDivergedError, match=r"envs \[1\]"):
+        nenv.step(torch.zeros(2, 1))
+    torch.testing.assert_close(nenv.get_states(), before)
+
+
+def test_same_robot_with_another_layout_is_refused():
+    """A signature with the same robot name but another contact layout is refused, listing what differs."""
+    import dataclasses
+
+    sig = signature_of_env(make_env("PendulumWithContact", 1))
+    other = dataclasses.replace(sig, contact_count=8)
+    with pytest.raises(ValueError, match="contact_count 4 vs 8"):
+        sig.check_compatible(other)
