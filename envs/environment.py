@@ -90,7 +90,8 @@ class Environment:
         try:
             self.solver = SOLVERS[solver](self.model)
         except ImportError as err:
-            raise RuntimeError(f"solver '{solver}' is not available in this install: {err}") from err
+            # An optional backend (MuJoCo Warp) that this project does not install: a choice, not a bug.
+            raise ValueError(f"solver '{solver}' is not available in this install ({err}); use 'featherstone'") from err
 
         self.state_0 = self.model.state()
         self.state_1 = self.model.state()
