@@ -1,0 +1,125 @@
+"""RL run configuration: our own ``env`` section, validated into dataclasses, plus rl-games ``params`` passed through.
+
+A file under ``cfg/rl/<Robot>/<task>.yaml`` has two top-level keys:
+
+* ``env`` -> :class:`RLEnvConfig` (robot, task, simulator, env count), validated like every nerd config;
+* ``params`` -> the rl-games configuration (``algo``, ``model``, ``network``, ``config``), handed to rl-games
+  after :func:`resolve_params` fills in what depends on the command line (device, seed, run directory, env
+  count). Only the few keys nerd relies on are checked here; rl-games reads the rest.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from nerd.config import ConfigError, load_config, to_dict
+
+RL_GAMES_ENV_NAME = "nerd"
+"""Name under which the vec env is registered with rl-games (``env_configurations``)."""
+RL_GAMES_VECENV_TYPE = "NERD"
+"""rl-games vec env type (``vecenv``) of :class:`~nerd.rl.vec_env.NeRDVecEnv`."""
+
+
+@dataclass
+class RLEnvConfig:
+    """The simulator and task an RL policy trains or plays in."""
+
+    robot: str
+    """Robot name, e.g. ``Cartpole`` or ``Ant``."""
+    task: str
+    """Task name for that robot (``nerd.rl.tasks.TASKS``): ``swingup``; ``run``, ``spin``, ``spin_tracking``."""
+    num_envs: int = 2048
+    """Parallel envs N (rl-games' ``num_actors``)."""
+    env_mode: Literal["neural", "ground-truth"] = "neural"
+    """Step with the NeRD model or the analytical solver."""
+    nerd_model_path: str | None = None
+    """NeRD checkpoint, needed in neural mode only (relative paths are relative to the working directory)."""
+    episode_length: int | None = None
+    """Steps before a time-out; None keeps the task's own (Cartpole 300, Ant 500)."""
+    solver: str | None = None
+    """Ground-truth solver; None for the robot's default (Featherstone)."""
+
+
+@dataclass
+class RLConfig:
+    """A whole RL config file."""
+
+    env: RLEnvConfig
+    """Simulator and task."""
+    params: dict[str, Any] = field(default_factory=dict)
+    """rl-games parameters, passed through (see the module docstring)."""
+
+
+def load_rl_config(path: str | Path, overrides: list[str] | None = None) -> RLConfig:
+    """Read and validate an RL config file (``key.sub=value`` overrides applied first)."""
+    cfg = load_config(path, RLConfig, overrides)
+    check_params(cfg.params)
+    return cfg
+
+
+def check_params(params: dict[str, Any]) -> None:
+    """Check the rl-games keys nerd depends on, so a broken file fails before any env is built."""
+    for key in ("algo", "model", "network", "config"):
+        if not isinstance(params.get(key), dict):
+            raise ConfigError(f"config key 'params.{key}' is missing or not a mapping (rl-games needs it)")
+    if params["algo"].get("name") != "a2c_continuous":
+        raise ConfigError(f"config key 'params.algo.name': nerd's tasks have continuous actions, use "
+                          f"'a2c_continuous', got {params['algo'].get('name')!r}")
+    config = params["config"]
+    for key in ("horizon_length", "minibatch_size", "mini_epochs"):
+        if not isinstance(config.get(key), int) or config[key] < 1:
+            raise ConfigError(f"config key 'params.config.{key}' must be a positive integer")
+
+
+def with_num_envs(cfg: RLConfig, num_envs: int) -> RLConfig:
+    """A copy of ``cfg`` for ``num_envs`` envs, its minibatch rescaled to keep the minibatches per mini-epoch.
+
+    The file's ``minibatch_size`` was chosen for its own ``env.num_envs``; scaling it with the env count keeps
+    the optimisation schedule (gradient steps per epoch) of the file.
+    """
+    if num_envs < 1:
+        raise ValueError(f"--num-envs must be positive, got {num_envs}")
+    cfg = copy.deepcopy(cfg)
+    config = cfg.params["config"]
+    horizon = config["horizon_length"]
+    minibatches = max(1, cfg.env.num_envs * horizon // config["minibatch_size"])
+    if num_envs * horizon % minibatches != 0:
+        raise ConfigError(f"{num_envs} envs x horizon {horizon} cannot be split into the config's {minibatches} "
+                          f"minibatches; pick --num-envs so that num_envs * {horizon} is a multiple of {minibatches}")
+    config["minibatch_size"] = num_envs * horizon // minibatches
+    cfg.env.num_envs = num_envs
+    return cfg
+
+
+def resolve_params(cfg: RLConfig, device: str, seed: int, logdir: str | Path | None = None,
+                   max_epochs: int | None = None) -> dict[str, Any]:
+    """The rl-games params of one run: a copy of ``cfg.params`` with the run-dependent keys filled in.
+
+    Sets the env name and count, device, seed and run directory (``train_dir``/``full_experiment_name``, so
+    that rl-games writes ``<logdir>/nn`` and ``<logdir>/summaries``).
+    """
+    params = copy.deepcopy(cfg.params)
+    config = params["config"]
+    if cfg.env.num_envs * config["horizon_length"] % config["minibatch_size"] != 0:
+        raise ConfigError(f"params.config.minibatch_size {config['minibatch_size']} does not divide "
+                          f"env.num_envs x horizon_length = {cfg.env.num_envs * config['horizon_length']}")
+    config["num_actors"] = cfg.env.num_envs
+    config["env_name"] = RL_GAMES_ENV_NAME
+    # Plain types only, so the resolved config can be written as YAML; the env creator validates it again.
+    config["env_config"] = {"env": to_dict(cfg.env), "device": device, "seed": seed}
+    config["device"] = device
+    config["device_name"] = device
+    config.setdefault("name", f"{cfg.env.robot}_{cfg.env.task}")
+    if max_epochs is not None:
+        config["max_epochs"] = max_epochs
+    if logdir is not None:
+        logdir = Path(logdir).resolve()
+        config["train_dir"] = str(logdir.parent)
+        config["full_experiment_name"] = logdir.name
+    params["seed"] = seed
+    # rl-games otherwise sets torch's thread count to min(4, cores) itself, overriding OMP_NUM_THREADS.
+    params.setdefault("torch_threads", 0)
+    return params

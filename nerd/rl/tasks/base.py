@@ -1,0 +1,55 @@
+"""The contract every RL task implements: reset distribution, observations, rewards and terminations.
+
+A task is pure tensor maths on world-frame states ``[joint_q, joint_qd]`` (spec §2 conventions: Z-up, quaternions
+xyzw, a free joint's ``joint_qd = [v (COM, world), ω (world)]``), so the same code scores ground-truth and neural
+rollouts, and tests can check it on hand-built states without a simulator. Per-episode parameters (a target yaw
+rate, say) live in the task object, one row per env, and are redrawn by :meth:`Task.reset`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+import torch
+
+
+class Task:
+    """One RL task on one robot, for N parallel envs.
+
+    Args:
+        num_envs: Number of parallel envs N.
+        device: Torch device of the states the task is given.
+    """
+
+    robot: ClassVar[str] = ""
+    """Name of the robot (``envs.ENV_NAMES``) the task drives."""
+    name: ClassVar[str] = ""
+    """Task name, unique per robot."""
+    episode_length: ClassVar[int] = 1
+    """Steps (frames) before an episode times out."""
+    observation_dim: ClassVar[int] = 0
+    """Width of one env's observation."""
+
+    def __init__(self, num_envs: int, device: str | torch.device = "cpu"):
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+
+    def sample_reset_states(self, env, n: int, generator: torch.Generator) -> torch.Tensor:
+        """Initial states (n, dof_q + dof_qd) of new episodes, world frame; ``env`` is the robot environment."""
+        return env.sample_reset_states(n, generator)
+
+    def reset(self, env_ids: Sequence[int] | torch.Tensor, generator: torch.Generator) -> None:
+        """Draw the per-episode parameters of ``env_ids`` (nothing for tasks without any)."""
+
+    def observations(self, states: torch.Tensor, last_actions: torch.Tensor) -> torch.Tensor:
+        """Observations (N, observation_dim) from states (N, S) and the actions (N, A) that led to them."""
+        raise NotImplementedError
+
+    def rewards(self, states: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Reward (N,) of the step that took actions (N, A) and arrived in states (N, S)."""
+        raise NotImplementedError
+
+    def terminations(self, states: torch.Tensor) -> torch.Tensor:
+        """(N,) bool: the episode fails in these states (time-outs are the vec env's business)."""
+        raise NotImplementedError

@@ -1,0 +1,168 @@
+"""NeRDVecEnv: N parallel episodes of one task on a NeuralEnvironment, as an rl-games vec env.
+
+Registered with rl-games the way GPU simulators are (an ``IVecEnv`` subclass, ``vecenv.register`` and
+``env_configurations.register``), and exchanging torch tensors on the simulator's device:
+
+* ``reset()`` -> observations (N, obs_dim), every env restarted;
+* ``step(actions (N, A))`` -> observations (N, obs_dim), rewards (N,), dones (N,) uint8, infos with
+  ``time_outs`` (N,) bool (rl-games bootstraps their value), ``terminated`` (N,) bool and ``diverged`` (N,) bool.
+
+Envs that are done are reset inside ``step`` and the observation returned for them is the first one of their
+new episode. Only those envs lose their NeRD history; the others keep theirs (the release cleared every env's
+history whenever any env reset).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium
+import numpy as np
+import torch
+from rl_games.common import env_configurations, vecenv
+from rl_games.common.ivecenv import IVecEnv
+
+from envs import make_env
+from nerd.config import from_dict
+from nerd.neural_environment import NeuralEnvironment
+from nerd.rl.config import RL_GAMES_ENV_NAME, RL_GAMES_VECENV_TYPE, RLEnvConfig
+from nerd.rl.tasks import Task, task_class
+
+
+class NeRDVecEnv(IVecEnv):
+    """Vectorised episodes of ``task`` on ``nenv``.
+
+    A neural state that is not finite ends that env's episode (reward 0, ``infos["diverged"]``) instead of
+    stopping the whole batch, so one diverging env cannot end a training run.
+
+    Args:
+        nenv: The simulator, in neural or ground-truth mode.
+        task: The task, built for ``nenv.num_envs`` envs.
+        episode_length: Steps before a time-out; None for the task's own.
+        seed: Seed of the reset distribution (and of per-episode task parameters).
+    """
+
+    def __init__(self, nenv: NeuralEnvironment, task: Task, episode_length: int | None = None, seed: int = 0):
+        if task.robot != nenv.name:
+            raise ValueError(f"task '{task.name}' is for {task.robot}, but the environment is {nenv.name}")
+        if task.num_envs != nenv.num_envs:
+            raise ValueError(f"task built for {task.num_envs} envs, environment has {nenv.num_envs}")
+        self.nenv = nenv
+        self.task = task
+        self.num_envs = nenv.num_envs
+        self.device = nenv.torch_device
+        self.episode_length = episode_length or task.episode_length
+        if self.episode_length < 1:
+            raise ValueError(f"episode_length must be positive, got {self.episode_length}")
+        self.generator = torch.Generator().manual_seed(seed)
+        if nenv.integrator is not None:
+            # Divergence is handled per env below rather than raised for the whole batch.
+            nenv.integrator.check_nan = False
+        self.observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (task.observation_dim,), np.float32)
+        self.action_space = gymnasium.spaces.Box(-1.0, 1.0, (nenv.action_dim,), np.float32)
+        self.progress = torch.zeros(self.num_envs, dtype=torch.long, device=self.device)
+        """(N,) steps taken in each env's current episode."""
+        self.last_actions = torch.zeros(self.num_envs, nenv.action_dim, device=self.device)
+        """(N, A) actions of the last step (zero after a reset), clamped to [-1, 1]."""
+
+    # ----------------------------------------------------------------------------------------------
+    # rl-games interface
+    def get_env_info(self) -> dict:
+        """Spaces and agent/value counts, as rl-games asks for them."""
+        return {"observation_space": self.observation_space, "action_space": self.action_space,
+                "agents": 1, "value_size": 1}
+
+    def get_number_of_agents(self) -> int:
+        return 1
+
+    def seed(self, seed: int) -> None:
+        """Restart the reset distribution's random stream at ``seed``."""
+        self.generator.manual_seed(seed)
+
+    def reset(self) -> torch.Tensor:
+        """Start a new episode in every env; returns observations (N, obs_dim)."""
+        self.reset_envs(None)
+        return self.observations()
+
+    def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict]:
+        """Apply actions (N, A) in [-1, 1] for one frame; done envs are reset (see the module docstring)."""
+        actions = torch.as_tensor(actions, dtype=torch.float32, device=self.device).clamp(-1.0, 1.0)
+        self.nenv.step(actions)
+        states = self.nenv.get_states()
+        self.progress += 1
+        self.last_actions = actions
+        finite = torch.isfinite(states).all(dim=1)
+        rewards = torch.where(finite, self.task.rewards(states, actions), torch.zeros((), device=self.device))
+        terminated = self.task.terminations(states) | ~finite
+        time_outs = (self.progress >= self.episode_length) & ~terminated
+        dones = terminated | time_outs
+        done_ids = torch.nonzero(dones).flatten()
+        if len(done_ids):
+            self.reset_envs(done_ids)
+            states = self.nenv.get_states()
+        infos = {"time_outs": time_outs, "terminated": terminated, "diverged": ~finite}
+        return self.task.observations(states, self.last_actions), rewards, dones.to(torch.uint8), infos
+
+    # ----------------------------------------------------------------------------------------------
+    def reset_envs(self, env_ids: torch.Tensor | None) -> None:
+        """Start new episodes in ``env_ids`` (all if None); only their NeRD histories are cleared."""
+        ids = torch.arange(self.num_envs, device=self.device) if env_ids is None else env_ids.to(self.device)
+        states = self.task.sample_reset_states(self.nenv, len(ids), self.generator)
+        self.nenv.reset(env_ids=None if env_ids is None else ids, states=states)
+        self.task.reset(ids, self.generator)
+        self.progress[ids] = 0
+        self.last_actions[ids] = 0.0
+
+    def observations(self) -> torch.Tensor:
+        """Observations (N, obs_dim) of the current states."""
+        return self.task.observations(self.nenv.get_states(), self.last_actions)
+
+
+def check_env_config(cfg: RLEnvConfig) -> type[Task]:
+    """Check ``cfg`` before anything is built or written; returns the task class.
+
+    Raises:
+        ValueError: Unknown robot or task, a non-positive env count, or neural mode without a model.
+        FileNotFoundError: The model file does not exist.
+    """
+    cls = task_class(cfg.robot, cfg.task)
+    if cfg.num_envs < 1:
+        raise ValueError(f"num_envs must be positive, got {cfg.num_envs}")
+    if cfg.env_mode == "neural":
+        if not cfg.nerd_model_path:
+            raise ValueError("neural mode needs a NeRD model: pass --nerd-model-path (or set env.nerd_model_path), "
+                             "or use --env-mode ground-truth")
+        if not Path(cfg.nerd_model_path).is_file():
+            raise FileNotFoundError(f"NeRD model not found: {cfg.nerd_model_path}")
+    return cls
+
+
+def make_vec_env(cfg: RLEnvConfig, device: str = "cpu", seed: int = 0) -> NeRDVecEnv:
+    """Build the simulator and task of ``cfg`` (the NeRD model is loaded in neural mode only).
+
+    Raises:
+        ValueError, FileNotFoundError: See :func:`check_env_config`; also a model for another robot.
+    """
+    cls = check_env_config(cfg)
+    env = make_env(cfg.robot, cfg.num_envs, device=device, solver=cfg.solver)
+    if cfg.env_mode == "neural":
+        nenv = NeuralEnvironment.from_checkpoint(env, cfg.nerd_model_path, env_mode="neural")
+    else:
+        nenv = NeuralEnvironment(env, None, env_mode="ground-truth")
+    return NeRDVecEnv(nenv, cls(cfg.num_envs, nenv.torch_device), cfg.episode_length, seed)
+
+
+def _create_from_env_config(num_actors: int | None = None, **env_config) -> NeRDVecEnv:
+    """rl-games' creator: ``env_config`` is ``{"env": RLEnvConfig as a dict, "device": str, "seed": int}``."""
+    cfg = from_dict(RLEnvConfig, env_config["env"], prefix="env")
+    if num_actors is not None and num_actors != cfg.num_envs:
+        raise ValueError(f"rl-games asks for {num_actors} actors but the env config has {cfg.num_envs} envs")
+    return make_vec_env(cfg, env_config.get("device", "cpu"), env_config.get("seed", 0))
+
+
+def register_with_rl_games() -> None:
+    """Register the vec env type and the env name with rl-games (idempotent)."""
+    vecenv.register(RL_GAMES_VECENV_TYPE, lambda config_name, num_actors, **kwargs:
+                    env_configurations.configurations[config_name]["env_creator"](num_actors=num_actors, **kwargs))
+    env_configurations.register(RL_GAMES_ENV_NAME, {"vecenv_type": RL_GAMES_VECENV_TYPE,
+                                                    "env_creator": _create_from_env_config})
