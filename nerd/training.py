@@ -93,7 +93,8 @@ def validation_loss(model: NeRDModel, data: TrajectoryWindows, batch_size: int, 
     return sum(losses) / max(len(losses), 1)
 
 
-def _git_description() -> dict[str, str]:
+def git_description() -> dict[str, str]:
+    """Commit and short status of the code this module runs from (recorded in every run directory)."""
     here = Path(__file__).resolve().parent
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
@@ -143,7 +144,7 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
     logdir.mkdir(parents=True, exist_ok=True)
     config_dict = to_dict(cfg)
     (logdir / "config.yaml").write_text(yaml.safe_dump(config_dict, sort_keys=False))
-    (logdir / "git.yaml").write_text(yaml.safe_dump(_git_description()))
+    (logdir / "git.yaml").write_text(yaml.safe_dump(git_description()))
     writer = SummaryWriter(str(logdir))
     writer.add_text("hyperparameters", "|key|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in config_dict.items()))
 

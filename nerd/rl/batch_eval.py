@@ -1,0 +1,131 @@
+"""Batch policy evaluation (the paper's Table 1): several policies x several simulators -> one table.
+
+Every policy (typically one PPO seed each) plays ``num_games`` episodes in every simulator from the same
+initial states (the vec env's reset stream is reseeded with ``seed`` before each evaluation). The table holds
+mean ± std episode reward per simulator and the relative gap (neural − GT) / |GT| of the means, per policy and
+over all episodes of all policies pooled; it is printed and written as JSON and Markdown.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from nerd.config import to_dict
+from nerd.rl.config import load_rl_config
+from nerd.rl.runner import evaluate_policy, load_policy
+from nerd.rl.vec_env import check_env_config, make_vec_env
+
+GT, NEURAL = "ground-truth", "neural"
+
+
+@dataclass
+class PolicyEvalConfig:
+    """A batch evaluation. Relative paths are relative to the working directory of the command."""
+
+    rl_cfg: str
+    """RL config the policies were trained with (task and network)."""
+    checkpoints: list[str]
+    """rl-games policy checkpoints, e.g. one per training seed."""
+    simulators: list[Literal["ground-truth", "neural"]] = field(default_factory=lambda: [GT, NEURAL])
+    """Simulators to evaluate every policy in."""
+    nerd_model_path: str | None = None
+    """NeRD checkpoint for the neural simulator (default: the RL config's ``env.nerd_model_path``)."""
+    num_games: int = 2048
+    """Episodes per policy and simulator."""
+    num_envs: int = 2048
+    """Parallel envs."""
+    seed: int = 500
+    """Seed of the initial states (the same for every policy and simulator)."""
+
+
+def _stats(rewards: list[float]) -> dict[str, float]:
+    r = np.asarray(rewards, dtype=np.float64)
+    return {"mean": float(r.mean()), "std": float(r.std()), "num_games": len(r)}
+
+
+def relative_gap(neural: float, gt: float) -> float | None:
+    """(neural − GT) / |GT|, or None when GT is zero."""
+    return None if gt == 0 else (neural - gt) / abs(gt)
+
+
+def batch_evaluate(cfg: PolicyEvalConfig, device: str = "cpu", progress: bool = True) -> dict[str, Any]:
+    """Evaluate every checkpoint in every simulator; returns the JSON-ready table (see :func:`format_markdown`)."""
+    if not cfg.checkpoints:
+        raise ValueError("the eval config lists no checkpoints")
+    if not cfg.simulators:
+        raise ValueError("the eval config lists no simulators")
+    for path in cfg.checkpoints:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"policy checkpoint not found: {path}")
+    rl_cfg = load_rl_config(cfg.rl_cfg)
+    rl_cfg.env.num_envs = min(cfg.num_envs, cfg.num_games)
+    if cfg.nerd_model_path is not None:
+        rl_cfg.env.nerd_model_path = cfg.nerd_model_path
+    env_cfgs = {}
+    for simulator in dict.fromkeys(cfg.simulators):
+        env_cfg = copy.deepcopy(rl_cfg.env)
+        env_cfg.env_mode = simulator
+        check_env_config(env_cfg)
+        env_cfgs[simulator] = env_cfg
+
+    rewards: dict[str, dict[str, list[float]]] = {sim: {} for sim in env_cfgs}
+    lengths: dict[str, dict[str, list[int]]] = {sim: {} for sim in env_cfgs}
+    for simulator, env_cfg in env_cfgs.items():
+        vec_env = make_vec_env(env_cfg, device, cfg.seed)
+        for path in cfg.checkpoints:
+            act = load_policy(rl_cfg, path, vec_env.get_env_info(), device)
+            result = evaluate_policy(vec_env, act, cfg.num_games, cfg.seed)
+            rewards[simulator][path] = result["episode_rewards"]
+            lengths[simulator][path] = result["episode_lengths"]
+            if progress:
+                print(f"{simulator:>12}  {path}: {result['mean_reward']:.2f} ± {result['std_reward']:.2f} "
+                      f"(length {result['mean_length']:.1f})", flush=True)
+
+    rows = []
+    for name, picked in [(path, [path]) for path in cfg.checkpoints] + [("all", cfg.checkpoints)]:
+        row: dict[str, Any] = {"policy": name}
+        for simulator in env_cfgs:
+            pooled = [r for path in picked for r in rewards[simulator][path]]
+            pooled_lengths = [n for path in picked for n in lengths[simulator][path]]
+            row[simulator] = {**_stats(pooled), "mean_length": float(np.mean(pooled_lengths))}
+        if GT in env_cfgs and NEURAL in env_cfgs:
+            row["relative_gap"] = relative_gap(row[NEURAL]["mean"], row[GT]["mean"])
+        rows.append(row)
+    return {"config": to_dict(cfg), "robot": rl_cfg.env.robot, "task": rl_cfg.env.task,
+            "simulators": list(env_cfgs), "rows": rows}
+
+
+def format_markdown(table: dict[str, Any]) -> str:
+    """The table as Markdown: one row per policy plus the pooled row."""
+    sims = table["simulators"]
+    has_gap = GT in sims and NEURAL in sims
+    header = ["policy"] + [f"{sim} reward" for sim in sims] + (["gap (neural − GT) / abs(GT)"] if has_gap else [])
+    lines = [f"{table['robot']} {table['task']}: mean ± std episode reward over "
+             f"{table['rows'][0][sims[0]]['num_games']} episodes per policy (seed {table['config']['seed']})", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in table["rows"]:
+        cells = [f"**{row['policy']}**" if row["policy"] == "all" else row["policy"]]
+        cells += [f"{row[sim]['mean']:.1f} ± {row[sim]['std']:.1f}" for sim in sims]
+        if has_gap:
+            gap = row["relative_gap"]
+            cells.append("n/a" if gap is None else f"{100 * gap:+.1f} %")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_table(table: dict[str, Any], json_path: str | Path) -> Path:
+    """Write the table as JSON at ``json_path`` and as Markdown beside it (``.md``); returns the Markdown path."""
+    json_path = Path(json_path)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    md_path = json_path.with_suffix(".md")
+    for path, text in ((json_path, json.dumps(table, indent=2)), (md_path, format_markdown(table) + "\n")):
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    return md_path

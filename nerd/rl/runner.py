@@ -1,0 +1,241 @@
+"""PPO training with rl-games on a NeRDVecEnv, and playback of a trained policy by our own episode loop.
+
+Training builds the rl-games agent from the resolved params (:func:`nerd.rl.config.resolve_params`) and
+lets it create the vec env through the rl-games registry. The run directory holds::
+
+    <logdir>/config.yaml          the resolved config (our env section + the rl-games params)
+    <logdir>/git.yaml             commit and status of the code
+    <logdir>/nn/<name>.pth        rl-games' best checkpoint (by mean training reward)
+    <logdir>/nn/last.pth          the final policy
+    <logdir>/summaries/           TensorBoard scalars written by rl-games (rewards/, losses/, performance/)
+    <logdir>/train_summary.json   mean episode reward and length after every epoch
+
+Playback loads an rl-games checkpoint (tensors only, ``weights_only=True``) into rl-games' player network and
+runs the deterministic policy (the Gaussian's mean) over exactly ``num_games`` episodes: each batch resets every
+env and counts only the first episode of each, so short episodes are not over-represented.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import pickle
+import random
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+from rl_games.common.algo_observer import DefaultAlgoObserver
+
+from nerd.config import to_dict
+from nerd.rl.config import RLConfig, resolve_params
+from nerd.rl.vec_env import NeRDVecEnv, check_env_config, make_vec_env, register_with_rl_games
+from nerd.training import git_description
+
+RUN_DIR_ENTRIES = ("nn", "summaries", "config.yaml", "git.yaml", "train_summary.json")
+"""What a training run writes in its directory (and what ``--overwrite`` removes first)."""
+
+
+class ProgressObserver(DefaultAlgoObserver):
+    """Records (and prints) the mean episode reward and length of the last 100 episodes after every epoch.
+
+    Args:
+        progress: Print one line per epoch.
+    """
+
+    def __init__(self, progress: bool = True):
+        super().__init__()
+        self.progress = progress
+        self.history: list[dict[str, float]] = []
+        """One record per epoch that had finished episodes: epoch, frames, seconds, mean reward and length."""
+
+    def after_print_stats(self, frame: int, epoch_num: int, total_time: float) -> None:
+        super().after_print_stats(frame, epoch_num, total_time)
+        algo = self.algo
+        if algo.game_rewards.current_size == 0:
+            return
+        record = {"epoch": int(epoch_num), "frames": int(frame), "seconds": float(total_time),
+                  "mean_episode_reward": float(algo.game_rewards.get_mean()[0]),
+                  "mean_episode_length": float(algo.game_lengths.get_mean())}
+        self.history.append(record)
+        if self.progress:
+            print(f"epoch {epoch_num}: mean episode reward {record['mean_episode_reward']:.2f}, "
+                  f"length {record['mean_episode_length']:.1f} ({frame} frames, {total_time:.0f} s)", flush=True)
+
+
+def _seed_everything(seed: int) -> None:
+    # rl-games seeds only when the seed is truthy, so seed 0 would go unseeded.
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def clear_run_dir(logdir: str | Path) -> None:
+    """Remove a previous run's outputs from ``logdir`` (nothing else), so no stale checkpoint survives."""
+    for name in RUN_DIR_ENTRIES:
+        path = Path(logdir) / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+
+
+def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: int = 0,
+                 max_epochs: int | None = None, progress: bool = True) -> dict[str, Any]:
+    """Train a PPO policy on ``cfg``'s task; returns a summary (checkpoint paths, per-epoch rewards, time).
+
+    ``logdir`` must not hold another run (the caller checks ``--overwrite``).
+    """
+    from rl_games.torch_runner import Runner  # imported late: it changes torch's global print options
+
+    check_env_config(cfg.env)
+    logdir = Path(logdir).resolve()
+    params = resolve_params(cfg, device, seed, logdir, max_epochs)
+    if params["config"].get("max_epochs", -1) < 1 and params["config"].get("max_frames", -1) < 1:
+        raise ValueError("set --max-epochs (or params.config.max_epochs) so that training ends")
+    logdir.mkdir(parents=True, exist_ok=True)
+    resolved = {"env": to_dict(cfg.env), "params": params}
+    (logdir / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
+    (logdir / "git.yaml").write_text(yaml.safe_dump(git_description()))
+
+    register_with_rl_games()
+    _seed_everything(seed)
+    observer = ProgressObserver(progress)
+    runner = Runner(algo_observer=observer)
+    runner.load({"params": params})
+    # The agent is built directly rather than through Runner.run(), which would torch.compile the model
+    # (minutes of compilation on a CPU) and gives no handle on the agent for the final save.
+    agent = runner.algo_factory.create(runner.algo_name, base_name="run", params=runner.params)
+    agent.writer.add_text("config", "```\n" + yaml.safe_dump(resolved, sort_keys=False) + "\n```")
+    started = time.perf_counter()
+    agent.train()
+    last = logdir / "nn" / "last"
+    agent.save(str(last))
+    agent.writer.flush()
+    best = logdir / "nn" / f"{params['config']['name']}.pth"
+    summary = {"logdir": str(logdir), "last_checkpoint": str(last) + ".pth",
+               "best_checkpoint": str(best) if best.is_file() else None,
+               "train_seconds": time.perf_counter() - started, "epochs": observer.history}
+    (logdir / "train_summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def load_rl_games_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Load an rl-games checkpoint safely (``weights_only=True``; rl-games stores numpy scalars, allowed here).
+
+    Raises:
+        FileNotFoundError: If ``path`` does not exist.
+        ValueError: If it is not an rl-games checkpoint with a ``model`` state dict.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"policy checkpoint not found: {path}")
+    try:
+        from numpy._core.multiarray import scalar
+    except ImportError:  # numpy < 2
+        from numpy.core.multiarray import scalar
+    safe = [np.dtype, scalar, type(np.dtype(np.float32)), type(np.dtype(np.float64))]
+    try:
+        with torch.serialization.safe_globals(safe):
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as err:
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"{path} is not a loadable rl-games checkpoint ({first_line})") from err
+    if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
+        raise ValueError(f"{path} is not an rl-games checkpoint (no 'model' state dict)")
+    return state
+
+
+def load_policy(cfg: RLConfig, checkpoint: str | Path, env_info: dict, device: str = "cpu"
+                ) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The deterministic policy of an rl-games checkpoint: observations (N, obs_dim) -> actions (N, A) in [-1, 1].
+
+    The network is rebuilt from ``cfg.params`` (it must match the one that was trained).
+    """
+    from rl_games.torch_runner import Runner  # imported late: it changes torch's global print options
+
+    state = load_rl_games_checkpoint(checkpoint)
+    cfg = copy.deepcopy(cfg)
+    config = cfg.params["config"]
+    # The player never updates the policy: one minibatch keeps any env count valid.
+    config["minibatch_size"] = cfg.env.num_envs * config["horizon_length"]
+    params = resolve_params(cfg, device, seed=0)
+    runner = Runner()
+    runner.load({"params": params})
+    # With env_info given, the player builds its network without creating an env of its own.
+    runner.params["config"]["env_info"] = env_info
+    player = runner.create_player()
+    try:
+        player.model.load_state_dict(state["model"])
+    except RuntimeError as err:
+        raise ValueError(f"{checkpoint} does not match the network of the RL config "
+                         f"({str(err).strip().splitlines()[0]})") from err
+    player.has_batch_dimension = True
+
+    def act(obs: torch.Tensor) -> torch.Tensor:
+        return player.get_action(obs.to(player.device), is_deterministic=True)
+
+    return act
+
+
+@torch.no_grad()
+def evaluate_policy(vec_env: NeRDVecEnv, act: Callable[[torch.Tensor], torch.Tensor], num_games: int,
+                    seed: int | None = None) -> dict[str, Any]:
+    """Run ``num_games`` whole episodes of ``act`` in ``vec_env``.
+
+    Returns:
+        ``episode_rewards`` and ``episode_lengths`` (lists, one per episode), their means and (population)
+        standard deviations, and ``num_games``.
+    """
+    if num_games < 1:
+        raise ValueError(f"--num-games must be positive, got {num_games}")
+    if seed is not None:
+        vec_env.seed(seed)
+    returns: list[float] = []
+    lengths: list[int] = []
+    n = vec_env.num_envs
+    while len(returns) < num_games:
+        take = min(n, num_games - len(returns))
+        obs = vec_env.reset()
+        ret = torch.zeros(n, dtype=torch.float64, device=vec_env.device)
+        length = torch.zeros(n, dtype=torch.long, device=vec_env.device)
+        active = torch.zeros(n, dtype=torch.bool, device=vec_env.device)
+        active[:take] = True
+        while bool(active.any()):
+            obs, rewards, dones, _ = vec_env.step(act(obs))
+            ret += torch.where(active, rewards.double(), torch.zeros((), dtype=torch.float64, device=ret.device))
+            length += active.long()
+            active &= ~dones.bool()
+        returns += ret[:take].tolist()
+        lengths += length[:take].tolist()
+    r, ln = np.asarray(returns), np.asarray(lengths, dtype=np.float64)
+    return {"num_games": len(returns), "mean_reward": float(r.mean()), "std_reward": float(r.std()),
+            "mean_length": float(ln.mean()), "std_length": float(ln.std()),
+            "episode_rewards": returns, "episode_lengths": lengths}
+
+
+def play_policy(cfg: RLConfig, checkpoint: str | Path, num_games: int, device: str = "cpu", seed: int = 0,
+                num_envs: int | None = None) -> dict[str, Any]:
+    """Evaluate a checkpoint in ``cfg.env``'s simulator; returns :func:`evaluate_policy`'s summary + settings.
+
+    ``num_envs`` (default: the config's) is capped at ``num_games``: every env plays one episode per batch.
+    """
+    cfg = copy.deepcopy(cfg)
+    cfg.env.num_envs = min(cfg.env.num_envs if num_envs is None else num_envs, num_games)
+    vec_env = make_vec_env(cfg.env, device, seed)
+    act = load_policy(cfg, checkpoint, vec_env.get_env_info(), device)
+    result = evaluate_policy(vec_env, act, num_games, seed)
+    return {"robot": cfg.env.robot, "task": cfg.env.task, "env_mode": cfg.env.env_mode,
+            "checkpoint": str(checkpoint), "seed": seed, **result}
+
+
+def format_playback(result: dict[str, Any]) -> str:
+    """One line: mean ± std episode reward and length."""
+    return (f"{result['robot']} {result['task']} ({result['env_mode']}), {result['num_games']} episodes: "
+            f"reward {result['mean_reward']:.2f} ± {result['std_reward']:.2f}, "
+            f"length {result['mean_length']:.1f} ± {result['std_length']:.1f}")

@@ -1,0 +1,143 @@
+"""RL entry points: tiny PPO training -> checkpoint -> playback, batch evaluation table, one-line errors."""
+
+import json
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from envs import make_env
+from nerd.checkpoint import save_checkpoint
+from nerd.config import load_config
+from nerd.features import signature_of_env
+from nerd.models.nerd_model import NeRDModel
+from nerd.rl.batch_eval import PolicyEvalConfig
+from nerd.rl.config import load_rl_config, resolve_params
+from nerd.rl.tasks import task_class
+from tests.nerd.test_integrator import TINY
+from tests.scripts.test_entry_points import REPO, error_lines, run_script
+
+CARTPOLE_CFG = str(REPO / "cfg/rl/Cartpole/swingup_cpu.yaml")
+# A tiny PPO update: 8 envs x 32 steps per epoch, the config's 8 minibatches of 32, 2 mini-epochs.
+TINY_PPO = ["--num-envs", "8", "--cfg-overrides", "params.config.mini_epochs=2"]
+
+
+@pytest.fixture(scope="module")
+def tiny_nerd_model(tmp_path_factory) -> str:
+    """An untrained tiny Cartpole NeRD checkpoint (enough to run the neural simulator)."""
+    sig = signature_of_env(make_env("Cartpole", 1))
+    path = tmp_path_factory.mktemp("nerd") / "tiny.pt"
+    save_checkpoint(path, NeRDModel(sig.input_groups, sig.target_dim, TINY), sig, {"history_length": 10})
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def trained_policy(tmp_path_factory, tiny_nerd_model) -> Path:
+    """Run directory of a 3-epoch PPO run in the neural simulator."""
+    logdir = tmp_path_factory.mktemp("rl") / "run"
+    mp = pytest.MonkeyPatch()
+    # 20-step episodes, so that episodes finish within the 3 x 32 steps of the run.
+    mp.setattr(sys, "argv", ["eval/run_rl.py", "--rl-cfg", CARTPOLE_CFG, "--env-mode", "neural", "--nerd-model-path",
+                             tiny_nerd_model, "--max-epochs", "3", "--logdir", str(logdir), *TINY_PPO,
+                             "env.episode_length=20"])
+    try:
+        runpy.run_path(str(REPO / "eval/run_rl.py"), run_name="__main__")
+    finally:
+        mp.undo()
+    return logdir
+
+
+def test_training_writes_checkpoints_config_and_summaries(trained_policy):
+    """A tiny neural-mode PPO run writes the final checkpoint, the resolved config and TensorBoard events."""
+    assert (trained_policy / "nn" / "last.pth").stat().st_size > 1000
+    resolved = yaml.safe_load((trained_policy / "config.yaml").read_text())
+    assert resolved["env"]["env_mode"] == "neural" and resolved["params"]["config"]["device"] == "cpu"
+    assert resolved["env"]["episode_length"] == 20
+    assert resolved["params"]["config"]["minibatch_size"] == 32 and resolved["params"]["config"]["max_epochs"] == 3
+    assert list((trained_policy / "summaries").glob("events.out.tfevents.*"))
+    summary = json.loads((trained_policy / "train_summary.json").read_text())
+    assert summary["epochs"] and summary["epochs"][-1]["epoch"] == 3
+
+
+def test_playback_reports_reward_mean_and_std(trained_policy, tmp_path, monkeypatch, capsys):
+    """Playback of the checkpoint in the ground truth runs exactly --num-games episodes and reports mean ± std."""
+    out = tmp_path / "play.json"
+    code, stdout, err = run_script("eval/run_rl.py", "--rl-cfg", CARTPOLE_CFG, "--env-mode", "ground-truth",
+                                   "--playback", str(trained_policy / "nn" / "last.pth"), "--num-games", "6",
+                                   "--num-envs", "4", "--output", str(out), monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 0, err
+    result = json.loads(out.read_text())
+    assert result["num_games"] == 6 and len(result["episode_rewards"]) == 6
+    rewards = result["episode_rewards"]
+    mean = sum(rewards) / 6
+    assert result["mean_reward"] == pytest.approx(mean)
+    assert result["std_reward"] == pytest.approx((sum((r - mean) ** 2 for r in rewards) / 6) ** 0.5)
+    assert all(1 <= n <= 300 for n in result["episode_lengths"])
+    assert f"reward {result['mean_reward']:.2f} ± {result['std_reward']:.2f}" in stdout
+
+
+def test_batch_evaluation_writes_the_table(trained_policy, tiny_nerd_model, tmp_path, monkeypatch, capsys):
+    """Two policies x {ground truth, neural} give per-policy and pooled rows with the relative gap (JSON + Markdown)."""
+    ckpt = str(trained_policy / "nn" / "last.pth")
+    eval_cfg = tmp_path / "eval.yaml"
+    eval_cfg.write_text(yaml.safe_dump({"rl_cfg": CARTPOLE_CFG, "checkpoints": [ckpt, ckpt],
+                                        "nerd_model_path": tiny_nerd_model, "num_games": 3, "num_envs": 3}))
+    out = tmp_path / "table.json"
+    code, stdout, err = run_script("eval/batch_eval_policy.py", "--eval-cfg", str(eval_cfg), "--output", str(out),
+                                   monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 0, err
+    table = json.loads(out.read_text())
+    assert [row["policy"] for row in table["rows"]] == [ckpt, ckpt, "all"]
+    for row in table["rows"]:
+        gt, neural = row["ground-truth"]["mean"], row["neural"]["mean"]
+        assert row["relative_gap"] == pytest.approx((neural - gt) / abs(gt))
+    # The same policy from the same initial states scores the same twice.
+    assert table["rows"][0]["ground-truth"] == table["rows"][1]["ground-truth"]
+    assert table["rows"][2]["ground-truth"]["num_games"] == 6
+    markdown = out.with_suffix(".md").read_text()
+    assert "| **all** |" in markdown and "gap (neural − GT) / abs(GT)" in markdown and "| **all** |" in stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--cfg-overrides", "env.task=fly", "--env-mode", "ground-truth"], "unknown task 'fly' for robot 'Cartpole'"),
+    (["--env-mode", "neural"], "neural mode needs a NeRD model"),
+    (["--env-mode", "neural", "--nerd-model-path", "missing.pt"], "NeRD model not found: missing.pt"),
+    (["--env-mode", "ground-truth", "--playback", "missing.pth"], "policy checkpoint not found: missing.pth"),
+    (["--cfg-overrides", "params.algo.name=sac"], "use 'a2c_continuous'"),
+    (["--env-mode", "ground-truth", "--num-envs", "0"], "--num-envs must be positive"),
+    (["--env-mode", "ground-truth", "--cfg-overrides", "params.config.minibatch_size=3000"], "does not divide"),
+])
+def test_bad_inputs_are_one_line_errors(args, message, tmp_path, monkeypatch, capsys):
+    """Unknown tasks, missing models or checkpoints, bad sizes: exit 1 with one error line, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_script("eval/run_rl.py", "--rl-cfg", CARTPOLE_CFG, "--max-epochs", "1", "--logdir", "run",
+                              *args, monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 1
+    assert len(error_lines(err)) == 1 and message in error_lines(err)[0], err[-500:]
+    assert not (tmp_path / "run").exists()
+
+
+def test_existing_run_directory_needs_overwrite(trained_policy, monkeypatch, capsys):
+    """Training into a run directory that holds a run is refused without --overwrite."""
+    code, _, err = run_script("eval/run_rl.py", "--rl-cfg", CARTPOLE_CFG, "--env-mode", "ground-truth",
+                              "--logdir", str(trained_policy), *TINY_PPO, monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 1 and "pass --overwrite" in error_lines(err)[0]
+    assert (trained_policy / "nn" / "last.pth").exists()
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "cfg/rl").glob("*/*.yaml")), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_shipped_rl_configs_are_valid(path):
+    """Every shipped RL config validates, names a registered task of its robot and splits into whole minibatches."""
+    cfg = load_rl_config(path)
+    assert task_class(cfg.env.robot, cfg.env.task).robot == path.parent.name
+    params = resolve_params(cfg, "cpu", seed=0)
+    assert params["config"]["num_actors"] * params["config"]["horizon_length"] % params["config"]["minibatch_size"] == 0
+
+
+def test_shipped_eval_config_is_valid():
+    """The shipped batch-evaluation config validates and points at a shipped RL config."""
+    for path in (REPO / "cfg/eval").glob("*.yaml"):
+        cfg = load_config(path, PolicyEvalConfig)
+        assert (REPO / cfg.rl_cfg).is_file() and cfg.simulators == ["ground-truth", "neural"]
