@@ -19,12 +19,13 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 demo: $(STAMP)
-	$(PY) generate/generate_dataset.py --env-name Cartpole --num-transitions 20000 --trajectory-length 100 \
-		--num-envs 200 --dataset-dir $(DEMO_DIR) --dataset-name cartpole_demo.hdf5 --overwrite
-	$(PY) generate/visualize_dataset.py --dataset $(DEMO_DIR)/cartpole_demo.hdf5
+	$(PY) eval/eval_passive_motion.py --env-name Cartpole --model-path pretrained_models/NeRD_models/Cartpole/model.pt \
+		--env-mode neural --num-envs 512 --num-rollouts 512 --rollout-horizon 100 --seed 500 \
+		--output $(DEMO_DIR)/cartpole_passive.json --overwrite
 
 bench: $(STAMP)
 	$(PY) bench/bench_envs.py
+	$(PY) bench/bench_rl.py
 
 clean:
 	rm -rf $(DEMO_DIR) .pytest_cache

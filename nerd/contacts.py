@@ -26,10 +26,6 @@ import warp as wp
 
 from envs.environment import Environment
 
-ACTIVE_DEPTH_FLOOR = 0.12
-"""[m] A candidate is active when depth < max(4 * thickness, ACTIVE_DEPTH_FLOOR) (spec §4)."""
-
-
 @dataclass
 class ContactCandidates:
     """Contact candidates of one robot copy.

@@ -113,7 +113,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
                     )
                     env.set_ground_planes(normals, points)
                 for t in range(T):
-                    _record_step(env, buffers, t, gravity)
+                    _record_step(env, buffers, t, gravity, None if t == 0 else buffers["next_states"][t - 1])
                     torques = (torch.zeros(n, env.act_dim, device=env.torch_device) if cfg.passive
                                else env.sample_random_torques(n, generator))
                     env.step_with_joint_act(torques)
@@ -136,8 +136,10 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
     return GenerationSummary(str(out), kept, kept * T, dropped, seconds)
 
 
-def _record_step(env, buffers: dict[str, torch.Tensor], t: int, gravity: torch.Tensor) -> None:
-    buffers["states"][t] = env.get_states()
+def _record_step(env, buffers: dict[str, torch.Tensor], t: int, gravity: torch.Tensor,
+                 states: torch.Tensor | None) -> None:
+    # The state at step t is the previous step's next state; read it from the simulator only at t = 0.
+    buffers["states"][t] = env.get_states() if states is None else states
     buffers["root_body_q"][t] = env.get_root_body_q()
     buffers["gravity_dir"][t] = gravity
     if env.contact_count:
