@@ -71,12 +71,18 @@ def generation_vs_stepping(name: str, num_envs: int, length: int, device: str) -
         env.step_with_joint_act(env.env.sample_random_torques(num_envs, gen))
     env.synchronize()
     raw = num_envs * length / (time.perf_counter() - start)
+    result = {"raw_steps_per_s": raw}
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = GenerationConfig(name, num_envs * length, trajectory_length=length, num_envs=num_envs)
-        generate_dataset(cfg, Path(tmp) / "bench.hdf5", device=device, progress=False)  # warm-up
-        summary = generate_dataset(cfg, Path(tmp) / "bench2.hdf5", device=device, progress=False)
-    return {"raw_steps_per_s": raw, "generation_transitions_per_s": summary.transitions_per_second,
-            "ratio": summary.transitions_per_second / raw}
+        for compression in ("lzf", None):
+            cfg = GenerationConfig(name, num_envs * length, trajectory_length=length, num_envs=num_envs,
+                                   compression=compression)
+            generate_dataset(cfg, Path(tmp) / "warmup.hdf5", device=device, progress=False)
+            summary = generate_dataset(cfg, Path(tmp) / f"{compression}.hdf5", device=device, progress=False)
+            key = compression or "uncompressed"
+            result[f"generation_{key}_transitions_per_s"] = summary.transitions_per_second
+            result[f"ratio_{key}"] = summary.transitions_per_second / raw
+            (Path(tmp) / "warmup.hdf5").unlink()
+    return result
 
 
 def main() -> None:
@@ -101,7 +107,9 @@ def main() -> None:
             print(f"{name:<20} cold-cache build + first frame {results['compile'][name]:.1f} s", flush=True)
         results["generation"][name] = {"num_envs": generation_sizes[name], "trajectory_length": 100,
                                        **generation_vs_stepping(name, generation_sizes[name], 100, device)}
-        print(f"{name:<20} generation {results['generation'][name]['ratio']:.0%} of raw stepping", flush=True)
+        gen = results["generation"][name]
+        print(f"{name:<20} generation {gen['ratio_lzf']:.0%} (lzf) / {gen['ratio_uncompressed']:.0%} (uncompressed) "
+              "of raw stepping", flush=True)
 
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -110,11 +118,14 @@ def main() -> None:
     for row in results["stepping"]:
         print(f"| {row['env']} | {row['num_envs']} | {row['captured']:,.0f} | {row['uncaptured']:,.0f} | "
               f"{row['captured'] / row['uncaptured']:.1f}x |")
-    print("\n| robot | N | raw stepping /s | generation transitions/s | ratio | cold compile (s) |\n|---|---|---|---|---|---|")
+    print("\n| robot | N | raw stepping /s | generation /s (lzf) | ratio | generation /s (uncompressed) | ratio "
+          "| cold compile (s) |\n|---|---|---|---|---|---|---|---|")
     for name, row in results["generation"].items():
         compile_s = results["compile"].get(name)
-        print(f"| {name} | {row['num_envs']} | {row['raw_steps_per_s']:,.0f} | {row['generation_transitions_per_s']:,.0f} | "
-              f"{row['ratio']:.0%} | {'-' if compile_s is None else f'{compile_s:.0f}'} |")
+        print(f"| {name} | {row['num_envs']} | {row['raw_steps_per_s']:,.0f} | "
+              f"{row['generation_lzf_transitions_per_s']:,.0f} | {row['ratio_lzf']:.0%} | "
+              f"{row['generation_uncompressed_transitions_per_s']:,.0f} | {row['ratio_uncompressed']:.0%} | "
+              f"{'-' if compile_s is None else f'{compile_s:.0f}'} |")
     print(f"\nwrote {out}")
 
 

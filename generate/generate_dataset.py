@@ -24,6 +24,8 @@ def main() -> None:
     parser.add_argument("--passive", action="store_true", help="zero torques instead of random ones")
     parser.add_argument("--contact-config", type=int, default=None, help="fixed pendulum ground configuration (0-6)")
     parser.add_argument("--solver", default=None, help="ground-truth solver (default: featherstone)")
+    parser.add_argument("--compression", default="lzf", choices=["lzf", "gzip", "none"],
+                        help="HDF5 compression (default: lzf)")
     add_common_args(parser)
     args = parser.parse_args()
 
@@ -34,7 +36,7 @@ def main() -> None:
     cfg = GenerationConfig(
         env_name=args.env_name, num_transitions=args.num_transitions, trajectory_length=args.trajectory_length,
         num_envs=args.num_envs, seed=args.seed, passive=args.passive, contact_config=args.contact_config,
-        solver=args.solver,
+        solver=args.solver, compression=None if args.compression == "none" else args.compression,
     )
     summary = generate_dataset(cfg, path, device=resolve_device(args.device))
     print(f"wrote {summary.path}: {summary.num_trajectories} trajectories, {summary.num_transitions} transitions, "

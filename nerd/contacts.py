@@ -210,19 +210,23 @@ class AbstractContactEnvironment:
         return wp.to_torch(self._plane_normal).clone(), wp.to_torch(self._plane_point).clone()
 
     def get_contacts(self) -> dict[str, torch.Tensor]:
-        """Contact features of the current state, world frame.
+        """Contact features of the current state, world frame (copies).
 
         Returns:
             ``contact_normals`` (N, C, 3), ``contact_points_0`` (N, C, 3) candidate points [m],
             ``contact_points_1`` (N, C, 3) closest ground points [m], ``contact_depths`` (N, C) [m],
             ``contact_thicknesses`` (N, C) [m].
         """
+        return {name: value.clone() for name, value in self.contact_views().items()}
+
+    def contact_views(self) -> dict[str, torch.Tensor]:
+        """The same tensors as :meth:`get_contacts` without copying: views that the next step overwrites."""
         n, c = self.env.num_envs, self.contact_count
         self.env.synchronize()
         return {
-            "contact_normals": wp.to_torch(self._normal).view(n, c, 3).clone(),
-            "contact_points_0": wp.to_torch(self._point_0).view(n, c, 3).clone(),
-            "contact_points_1": wp.to_torch(self._point_1).view(n, c, 3).clone(),
-            "contact_depths": wp.to_torch(self._depth).view(n, c).clone(),
-            "contact_thicknesses": self.contact_thicknesses.clone(),
+            "contact_normals": wp.to_torch(self._normal).view(n, c, 3),
+            "contact_points_0": wp.to_torch(self._point_0).view(n, c, 3),
+            "contact_points_1": wp.to_torch(self._point_1).view(n, c, 3),
+            "contact_depths": wp.to_torch(self._depth).view(n, c),
+            "contact_thicknesses": self.contact_thicknesses,
         }
