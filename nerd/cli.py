@@ -46,7 +46,16 @@ def check_output(path: str | Path, overwrite: bool) -> Path:
 
 
 def run_main(main: Callable[[], None]) -> None:
-    """Run an entry point: user errors become one line on stderr and exit code 1; Ctrl-C exits 130."""
+    """Run an entry point: user errors become one line on stderr and exit code 1; Ctrl-C exits 130.
+
+    Warp's start-up banner and per-module load messages are silenced unless ``NERD_VERBOSE_WARP=1``.
+    """
+    import os
+
+    import warp
+
+    if os.environ.get("NERD_VERBOSE_WARP", "0") != "1":
+        warp.config.log_level = warp.LOG_WARNING
     try:
         main()
     except KeyboardInterrupt:
