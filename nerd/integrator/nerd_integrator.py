@@ -66,17 +66,23 @@ class NeRDIntegrator(newton.solvers.SolverBase):
         self._env_rows = torch.arange(num_envs, device=self.torch_device)
 
     def reset(self, env_ids: Sequence[int] | torch.Tensor | None = None) -> None:
-        """Forget the history of ``env_ids`` (all envs if None)."""
-        if env_ids is None:
-            self.history_count.zero_()
-        else:
-            self.history_count[torch.as_tensor(env_ids, device=self.torch_device, dtype=torch.long)] = 0
+        """Forget the history of ``env_ids`` (all envs if None).
+
+        The tokens are zeroed too, not only the counts: attention still computes the masked positions, and a
+        stale non-finite token from the old episode would otherwise turn the new episode's output into NaN.
+        """
+        rows = slice(None) if env_ids is None else torch.as_tensor(env_ids, device=self.torch_device, dtype=torch.long)
+        self.history_count[rows] = 0
+        for buffer in self._history.values():
+            buffer[rows] = 0.0
 
     # ----------------------------------------------------------------------------------------------
     def current_inputs(self, state: newton.State, control: newton.Control, contacts: newton.Contacts | None
                        ) -> tuple[dict[str, torch.Tensor], torch.Tensor | None, torch.Tensor]:
         """Token groups (N, width), anchor (N, 7) or None, and world states (N, S) of ``state``."""
         n, sig = self.num_envs, self.signature
+        if self.model.device.is_cuda:
+            wp.synchronize_device(self.model.device)  # reads arrays the last Warp launches wrote
         states = torch.cat([wp.to_torch(state.joint_q).view(n, -1), wp.to_torch(state.joint_qd).view(n, -1)], dim=1)
         body_q = wp.to_torch(state.body_q).view(n, self.bodies_per_env, 7)
         torques = wp.to_torch(control.joint_f).view(n, -1)[:, self.act_dof_indices]
@@ -106,9 +112,10 @@ class NeRDIntegrator(newton.solvers.SolverBase):
     def push_history(self, groups: dict[str, torch.Tensor]) -> None:
         """Append one token (N, width per group) to every env's history, dropping the oldest when full."""
         full = self.history_count == self.history_length
+        any_full = bool(full.any())
         position = self.history_count.clamp(max=self.history_length - 1)
         for name, buffer in self._history.items():
-            if full.any():
+            if any_full:
                 buffer[full] = torch.roll(buffer[full], shifts=-1, dims=1)
             buffer[self._env_rows, position] = groups[name].to(buffer.dtype)
         self.history_count = (self.history_count + 1).clamp(max=self.history_length)

@@ -143,3 +143,16 @@ def test_same_robot_with_another_layout_is_refused():
     other = dataclasses.replace(sig, contact_count=8)
     with pytest.raises(ValueError, match="contact_count 4 vs 8"):
         sig.check_compatible(other)
+
+
+def test_reset_forgets_non_finite_tokens_of_the_old_episode():
+    """A NaN state recorded before a per-env reset does not leak into the new episode's predictions."""
+    nenv = tiny_neural_env("Cartpole", 2, env_mode="ground-truth")
+    nenv.reset(states=torch.zeros(2, 4))
+    nenv.env.set_states(torch.tensor([[0.0, 0.1, 0.0, 0.0], [float("nan"), 0.0, 0.0, 0.0]]))
+    for _ in range(3):
+        nenv.step(torch.zeros(2, 1))  # ground truth: records the NaN tokens of env 1
+    nenv.reset(env_ids=[1], states=torch.zeros(1, 4))
+    nenv.set_env_mode("neural")
+    nenv.step(torch.zeros(2, 1))
+    assert torch.isfinite(nenv.get_states()[1]).all()
