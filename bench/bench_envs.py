@@ -28,6 +28,7 @@ import torch
 from envs import ENV_NAMES, make_env
 from nerd.cli import resolve_device, run_main
 from nerd.generation import GenerationConfig, generate_dataset
+from nerd.run_dir import write_text_atomic
 
 MIN_SECONDS = 1.5  # time each measurement at least this long
 
@@ -118,7 +119,7 @@ def main() -> None:
 
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
+    write_text_atomic(out, json.dumps(results, indent=2))
     print("\n| robot | N | captured env-steps/s | uncaptured env-steps/s | speed-up |\n|---|---|---|---|---|")
     for row in results["stepping"]:
         print(f"| {row['env']} | {row['num_envs']} | {row['captured']:,.0f} | {row['uncaptured']:,.0f} | "

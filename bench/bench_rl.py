@@ -33,6 +33,7 @@ from nerd.neural_environment import NeuralEnvironment
 from nerd.rl.tasks import make_task
 from nerd.rl.vec_env import NeRDVecEnv
 from nerd.training import TrainConfig
+from nerd.run_dir import write_text_atomic
 
 REPO = Path(__file__).resolve().parents[1]
 # Untrained NeRD models timed in neural mode: the project's CPU-sized Cartpole model (cfg/train/Cartpole/cpu.yaml)
@@ -106,7 +107,7 @@ def main() -> None:
             print(f"{robot:<9} N={n:<5} ground truth {row['ground-truth']:>11,.0f}  neural {row['neural']:>11,.0f} "
                   f"env-steps/s", flush=True)
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(results, indent=2))
+    write_text_atomic(output, json.dumps(results, indent=2))
     print(f"\nRL env-steps/s on {results['machine']} ({device}, {results['torch_threads']} torch threads), "
           "policy inference excluded\n")
     print("| robot / task | N | ground truth | neural | neural / GT | neural model |\n|---|---|---|---|---|---|")

@@ -14,9 +14,10 @@ import json
 import time
 from pathlib import Path
 
-from nerd.cli import check_output, resolve_device, run_main
+from nerd.cli import add_common_args, check_output, resolve_device, run_main
 from nerd.rl.config import load_rl_config, with_num_envs
-from nerd.rl.runner import clear_run_dir, format_playback, play_policy, train_policy
+from nerd.rl.runner import RUN_DIR_ENTRIES, format_playback, play_policy, train_policy
+from nerd.run_dir import clear_run_dir, write_text_atomic
 
 
 def main() -> None:
@@ -33,9 +34,7 @@ def main() -> None:
     parser.add_argument("--logdir", default=None, help="training run directory (default: runs/rl/<robot>__<task>__...)")
     parser.add_argument("--cfg-overrides", nargs="*", default=[], metavar="KEY=VALUE",
                         help="config overrides, e.g. params.config.mini_epochs=4")
-    parser.add_argument("--device", default="cpu", help="'cpu', 'cuda' or 'cuda:N' (default: cpu)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing run directory or output")
+    add_common_args(parser)
     args = parser.parse_args()
 
     device = resolve_device(args.device)
@@ -51,7 +50,7 @@ def main() -> None:
         print(format_playback(result))
         if output:
             output.parent.mkdir(parents=True, exist_ok=True)
-            output.write_text(json.dumps(result, indent=2))
+            write_text_atomic(output, json.dumps(result, indent=2))
             print(f"wrote {output}")
         return
 
@@ -61,7 +60,7 @@ def main() -> None:
     logdir = Path(args.logdir or f"runs/rl/{cfg.env.robot}__{cfg.env.task}__{cfg.env.env_mode}__{args.seed}__{stamp}")
     if logdir.exists() and any(logdir.iterdir()):
         check_output(logdir, args.overwrite)
-        clear_run_dir(logdir)
+        clear_run_dir(logdir, RUN_DIR_ENTRIES)
     summary = train_policy(cfg, logdir, device, args.seed, args.max_epochs)
     final = summary["epochs"][-1] if summary["epochs"] else None
     print(f"trained in {summary['train_seconds']:.0f} s"

@@ -1,7 +1,7 @@
 """Passive-motion evaluation (spec §9): NeRD (or the ground truth itself) against the ground-truth simulator.
 
 From the same random initial states (the robot's task reset distribution), the ground truth and the evaluated simulator roll out autoregressively
-for H frames with zero actions (a robot's controller still acts, e.g. a PD law). Errors are measured per step
+for H frames with zero actions (through the robot's controller, so a PD-driven robot would still hold its pose). Errors are measured per step
 and averaged over **all steps (1..H) and all trajectories**, per robot as its env module defines
 (``passive_metrics``), plus per-coordinate errors and the error of every metric at every step.
 """
@@ -19,6 +19,7 @@ from tqdm import tqdm
 from envs import make_env
 from nerd.frames import quat_angle, quat_inverse, quat_mul, wrap_angle
 from nerd.neural_environment import NeuralEnvironment
+from nerd.run_dir import write_text_atomic
 
 
 def state_errors(gt: torch.Tensor, pred: torch.Tensor, env) -> dict[str, torch.Tensor]:
@@ -131,11 +132,7 @@ def format_config_table(runs: list[dict[str, Any]]) -> str:
 
 def write_results(results: dict[str, Any], json_path: str | Path, png_path: str | Path | None = None) -> None:
     """Write the results as JSON and, optionally, a PNG of every metric against the step."""
-    json_path = Path(json_path)
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = json_path.with_name(json_path.name + ".tmp")
-    tmp.write_text(json.dumps(results, indent=2))
-    tmp.replace(json_path)
+    write_text_atomic(json_path, json.dumps(results, indent=2))
     if png_path is None:
         return
     import matplotlib

@@ -7,7 +7,7 @@ scalars and checkpoints (``nn/last.pt`` and ``nn/best.pt`` by validation loss) i
 
 from __future__ import annotations
 
-import subprocess
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +22,10 @@ from nerd.config import to_dict
 from nerd.datasets.windows import TrajectoryWindows
 from nerd.models import ModelConfig
 from nerd.models.nerd_model import NeRDModel
+from nerd.run_dir import clear_run_dir, write_run_record, write_text_atomic
+
+RUN_DIR_ENTRIES = ("nn", "config.yaml", "git.yaml", "summary.yaml")
+"""What a training run writes in its directory besides TensorBoard events (what ``--overwrite`` removes)."""
 
 
 @dataclass
@@ -93,17 +97,6 @@ def validation_loss(model: NeRDModel, data: TrajectoryWindows, batch_size: int, 
     return sum(losses) / max(len(losses), 1)
 
 
-def git_description() -> dict[str, str]:
-    """Commit and short status of the code this module runs from (recorded in every run directory)."""
-    here = Path(__file__).resolve().parent
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
-        status = subprocess.run(["git", "status", "--short"], cwd=here, capture_output=True, text=True, timeout=10)
-        return {"commit": commit.stdout.strip(), "status": status.stdout}
-    except (OSError, subprocess.SubprocessError):
-        return {"commit": "unknown", "status": ""}
-
-
 def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int = 0,
           checkpoint: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
     """Train a NeRD model; returns a summary (best validation loss, checkpoint paths, time).
@@ -127,11 +120,13 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
 
     start_epoch = 0
     optimizer_state = None
+    best_valid = float("inf")
     if checkpoint is not None:
         model, ckpt_sig, payload = load_checkpoint(checkpoint, device)
         ckpt_sig.check_compatible(sig, what="checkpoint")
         if Path(payload["config"]["dataset"]["train"]).resolve() == Path(cfg.dataset.train).resolve():
             start_epoch, optimizer_state = payload["epoch"] + 1, payload["optimizer_state"]
+            best_valid = _previous_best(Path(checkpoint).parent / "best.pt", logdir / "nn" / "best.pt")
     else:
         model = NeRDModel(sig.input_groups, sig.target_dim, cfg.model).to(device)
         # Statistics of every step of the training set, computed once.
@@ -143,21 +138,21 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
 
     logdir.mkdir(parents=True, exist_ok=True)
     config_dict = to_dict(cfg)
-    (logdir / "config.yaml").write_text(yaml.safe_dump(config_dict, sort_keys=False))
-    (logdir / "git.yaml").write_text(yaml.safe_dump(git_description()))
+    write_run_record(logdir, config_dict)
     writer = SummaryWriter(str(logdir))
     writer.add_text("hyperparameters", "|key|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in config_dict.items()))
 
     batches = len(range(0, len(train_data), cfg.batch_size))
     steps_per_epoch = min(batches, cfg.batches_per_epoch or batches)
     total_steps = steps_per_epoch * cfg.num_epochs
-    generator = torch.Generator().manual_seed(seed)
-    best_valid, best_path, last_path = float("inf"), logdir / "nn" / "best.pt", logdir / "nn" / "last.pt"
+    best_path, last_path = logdir / "nn" / "best.pt", logdir / "nn" / "last.pt"
     history: list[dict[str, float]] = []
     started = time.perf_counter()
     step = start_epoch * steps_per_epoch
     for epoch in range(start_epoch, cfg.num_epochs):
         epoch_start, losses = time.perf_counter(), []
+        # One shuffle per (seed, epoch): a resumed run sees the orders it would have seen uninterrupted.
+        generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
         bar = tqdm(train_data.iterate(cfg.batch_size, generator, steps_per_epoch), total=steps_per_epoch,
                    desc=f"epoch {epoch}", disable=not progress)
         for inputs, target in bar:
@@ -200,5 +195,16 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
     summary = {"best_valid_loss": best_valid, "best_checkpoint": str(best_path), "last_checkpoint": str(last_path),
                "train_seconds": time.perf_counter() - started, "epochs": history,
                "train_windows": len(train_data), "parameters": sum(p.numel() for p in model.parameters())}
-    (logdir / "summary.yaml").write_text(yaml.safe_dump(summary, sort_keys=False))
+    write_text_atomic(logdir / "summary.yaml", yaml.safe_dump(summary, sort_keys=False))
     return summary
+
+
+def _previous_best(source: Path, target: Path) -> float:
+    """Validation loss of a resumed run's best checkpoint, copied into the new run directory if it is elsewhere."""
+    if not source.is_file():
+        return float("inf")
+    if source.resolve() != target.resolve():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+    extra = torch.load(source, map_location="cpu", weights_only=True).get("extra", {})
+    return float(extra.get("valid_loss", float("inf")))

@@ -8,7 +8,8 @@ import argparse
 
 from nerd.cli import add_common_args, check_output, resolve_device, run_main
 from nerd.config import load_config
-from nerd.training import TrainConfig, train
+from nerd.run_dir import clear_run_dir
+from nerd.training import RUN_DIR_ENTRIES, TrainConfig, train
 
 
 def main() -> None:
@@ -31,6 +32,8 @@ def main() -> None:
     cfg = load_config(args.cfg, TrainConfig, overrides)
     if args.checkpoint is None:
         check_output(f"{args.logdir}/nn/last.pt", args.overwrite)
+        # A new run never mixes with an old one's checkpoints or TensorBoard events.
+        clear_run_dir(args.logdir, RUN_DIR_ENTRIES)
     summary = train(cfg, args.logdir, device=resolve_device(args.device), seed=args.seed, checkpoint=args.checkpoint)
     print(f"best validation loss {summary['best_valid_loss']:.5g} -> {summary['best_checkpoint']} "
           f"({summary['train_seconds'] / 60:.1f} min, {summary['parameters']:,} parameters)")

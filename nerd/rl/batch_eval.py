@@ -20,6 +20,7 @@ from nerd.config import to_dict
 from nerd.rl.config import load_rl_config
 from nerd.rl.runner import evaluate_policy, load_policy
 from nerd.rl.vec_env import check_env_config, make_vec_env
+from nerd.run_dir import write_text_atomic
 
 GT, NEURAL = "ground-truth", "neural"
 
@@ -122,10 +123,7 @@ def format_markdown(table: dict[str, Any]) -> str:
 def write_table(table: dict[str, Any], json_path: str | Path) -> Path:
     """Write the table as JSON at ``json_path`` and as Markdown beside it (``.md``); returns the Markdown path."""
     json_path = Path(json_path)
-    json_path.parent.mkdir(parents=True, exist_ok=True)
     md_path = json_path.with_suffix(".md")
-    for path, text in ((json_path, json.dumps(table, indent=2)), (md_path, format_markdown(table) + "\n")):
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
+    write_text_atomic(json_path, json.dumps(table, indent=2))
+    write_text_atomic(md_path, format_markdown(table) + "\n")
     return md_path

@@ -21,7 +21,6 @@ import copy
 import json
 import pickle
 import random
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,12 +32,14 @@ import yaml
 from rl_games.common.algo_observer import DefaultAlgoObserver
 
 from nerd.config import to_dict
+from nerd.errors import first_line
 from nerd.rl.config import RLConfig, resolve_params
 from nerd.rl.vec_env import NeRDVecEnv, check_env_config, make_vec_env, register_with_rl_games
-from nerd.training import git_description
+from nerd.run_dir import write_run_record, write_text_atomic
 
 RUN_DIR_ENTRIES = ("nn", "summaries", "config.yaml", "git.yaml", "train_summary.json")
-"""What a training run writes in its directory (and what ``--overwrite`` removes first)."""
+"""What a training run writes in its directory (and what ``--overwrite`` removes first, see
+:func:`nerd.run_dir.clear_run_dir`)."""
 
 
 class ProgressObserver(DefaultAlgoObserver):
@@ -75,16 +76,6 @@ def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def clear_run_dir(logdir: str | Path) -> None:
-    """Remove a previous run's outputs from ``logdir`` (nothing else), so no stale checkpoint survives."""
-    for name in RUN_DIR_ENTRIES:
-        path = Path(logdir) / name
-        if path.is_dir():
-            shutil.rmtree(path)
-        elif path.exists():
-            path.unlink()
-
-
 def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: int = 0,
                  max_epochs: int | None = None, progress: bool = True) -> dict[str, Any]:
     """Train a PPO policy on ``cfg``'s task; returns a summary (checkpoint paths, per-epoch rewards, time).
@@ -100,8 +91,7 @@ def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: i
         raise ValueError("set --max-epochs (or params.config.max_epochs) so that training ends")
     logdir.mkdir(parents=True, exist_ok=True)
     resolved = {"env": to_dict(cfg.env), "params": params}
-    (logdir / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
-    (logdir / "git.yaml").write_text(yaml.safe_dump(git_description()))
+    write_run_record(logdir, resolved)
 
     register_with_rl_games()
     _seed_everything(seed)
@@ -121,7 +111,7 @@ def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: i
     summary = {"logdir": str(logdir), "last_checkpoint": str(last) + ".pth",
                "best_checkpoint": str(best) if best.is_file() else None,
                "train_seconds": time.perf_counter() - started, "epochs": observer.history}
-    (logdir / "train_summary.json").write_text(json.dumps(summary, indent=2))
+    write_text_atomic(logdir / "train_summary.json", json.dumps(summary, indent=2))
     return summary
 
 
@@ -144,8 +134,7 @@ def load_rl_games_checkpoint(path: str | Path) -> dict[str, Any]:
         with torch.serialization.safe_globals(safe):
             state = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as err:
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ValueError(f"{path} is not a loadable rl-games checkpoint ({first_line})") from err
+        raise ValueError(f"{path} is not a loadable rl-games checkpoint ({first_line(err)})") from err
     if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
         raise ValueError(f"{path} is not an rl-games checkpoint (no 'model' state dict)")
     return state
@@ -174,7 +163,7 @@ def load_policy(cfg: RLConfig, checkpoint: str | Path, env_info: dict, device: s
         player.model.load_state_dict(state["model"])
     except RuntimeError as err:
         raise ValueError(f"{checkpoint} does not match the network of the RL config "
-                         f"({str(err).strip().splitlines()[0]})") from err
+                         f"({first_line(err)})") from err
     player.has_batch_dimension = True
 
     def act(obs: torch.Tensor) -> torch.Tensor:

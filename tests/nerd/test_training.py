@@ -67,6 +67,12 @@ def test_wrong_robot_or_corrupt_checkpoint_is_refused(pendulum_run, tmp_path):
         load_checkpoint(tmp_path / "junk.pt")
     with pytest.raises(FileNotFoundError):
         load_checkpoint(tmp_path / "missing.pt")
+    # Right format, wrong tensors: a one-line ValueError, not a load_state_dict traceback.
+    payload = torch.load(root / "logs/nn/best.pt", weights_only=True)
+    payload["model_state"] = {k: v[..., :1] if v.dim() else v for k, v in payload["model_state"].items()}
+    torch.save(payload, tmp_path / "damaged.pt")
+    with pytest.raises(ValueError, match="damaged nerd checkpoint"):
+        load_checkpoint(tmp_path / "damaged.pt")
 
 
 def test_resume_continues_from_the_next_epoch(pendulum_run, tmp_path):
@@ -75,6 +81,10 @@ def test_resume_continues_from_the_next_epoch(pendulum_run, tmp_path):
     cfg = dataclasses.replace(cfg, num_epochs=3)
     summary = train(cfg, tmp_path / "resumed", seed=0, checkpoint=root / "logs/nn/last.pt", progress=False)
     assert [e["epoch"] for e in summary["epochs"]] == [2]
+    # The best checkpoint so far travels with the resumed run and is replaced only by a better one.
+    previous_best = pendulum_run[2]["best_valid_loss"]
+    _, _, best = load_checkpoint(tmp_path / "resumed/nn/best.pt")
+    assert best["extra"]["valid_loss"] == min(previous_best, summary["epochs"][0]["valid_loss"])
 
 
 def test_ground_truth_evaluation_has_zero_error(pendulum_run):
