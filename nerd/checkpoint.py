@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from nerd.config import ConfigError, from_dict, to_dict
+from nerd.errors import first_line
 from nerd.features import RobotSignature
 from nerd.models import ModelConfig
 from nerd.models.nerd_model import NeRDModel
@@ -59,15 +60,14 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu"
     try:
         payload = torch.load(path, map_location=device, weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as err:
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ValueError(f"{path} is not a loadable nerd checkpoint ({first_line})") from err
+        raise ValueError(f"{path} is not a loadable nerd checkpoint ({first_line(err)})") from err
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"{path} is not a nerd checkpoint (expected format '{CHECKPOINT_FORMAT}')")
     try:
         signature = RobotSignature.from_dict(payload["signature"])
         model_cfg = from_dict(ModelConfig, payload["model_config"])
-    except (KeyError, ConfigError) as err:
-        raise ValueError(f"{path}: damaged checkpoint metadata ({err})") from err
-    model = NeRDModel(signature.input_groups, signature.target_dim, model_cfg)
-    model.load_state_dict(payload["model_state"])
+        model = NeRDModel(signature.input_groups, signature.target_dim, model_cfg)
+        model.load_state_dict(payload["model_state"])
+    except (KeyError, TypeError, ConfigError, RuntimeError) as err:
+        raise ValueError(f"{path}: damaged nerd checkpoint ({first_line(err)})") from err
     return model.to(device), signature, payload

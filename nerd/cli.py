@@ -10,17 +10,18 @@ from pathlib import Path
 
 from nerd.config import ConfigError
 from nerd.datasets.hdf5 import DatasetError
-from nerd.errors import RolloutDivergedError
+from nerd.errors import RolloutDivergedError, first_line
 
 # Errors caused by the user's input or a failed run, reported as one line; anything else is a bug and keeps
 # its traceback. (ConfigError and DatasetError are ValueErrors; FileNotFoundError/FileExistsError are OSErrors.)
 USER_ERRORS = (ValueError, OSError, ConfigError, DatasetError, RolloutDivergedError)
 
 
-def add_common_args(parser: argparse.ArgumentParser) -> None:
-    """Add ``--device``, ``--seed`` and ``--overwrite``."""
+def add_common_args(parser: argparse.ArgumentParser, seed_default: int | None = 0) -> None:
+    """Add ``--device``, ``--overwrite`` and, unless ``seed_default`` is None, ``--seed``."""
     parser.add_argument("--device", default="cpu", help="'cpu', 'cuda' or 'cuda:N' (default: cpu)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    if seed_default is not None:
+        parser.add_argument("--seed", type=int, default=seed_default, help=f"random seed (default: {seed_default})")
     parser.add_argument("--overwrite", action="store_true", help="replace existing outputs")
 
 
@@ -62,8 +63,7 @@ def run_main(main: Callable[[], None]) -> None:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
     except USER_ERRORS as err:
-        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        print(f"error: {message}", file=sys.stderr)
+        print(f"error: {first_line(err)}", file=sys.stderr)
         sys.exit(1)
 
 

@@ -3,3 +3,9 @@
 
 class RolloutDivergedError(RuntimeError):
     """A neural rollout produced non-finite states."""
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of an exception's message (its type name if empty), for one-line reports."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__

@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from envs import make_env
 from nerd.datasets.hdf5 import TrajectoryWriter
+from nerd.errors import RolloutDivergedError
 
 DIVERGED_THRESHOLD = 1.0e5
 """A trajectory with any state coordinate beyond this magnitude is treated as diverged and dropped."""
@@ -129,7 +130,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
                 dropped += int((~finite).sum())
                 keep = np.flatnonzero(finite)[: num_trajectories - kept]
                 if len(keep) == 0:
-                    raise RuntimeError(f"{cfg.env_name}: every trajectory of a batch diverged; check the sampler ranges")
+                    raise RolloutDivergedError(f"{cfg.env_name}: every trajectory of a batch diverged; check the sampler ranges")
                 writer.append({name: values[keep] for name, values in batch.items()})
                 kept += len(keep)
         seconds = time.perf_counter() - start

@@ -52,7 +52,10 @@ class NeuralEnvironment:
         """Load a NeRD checkpoint for ``env``; a checkpoint for another robot or layout is a ValueError."""
         nerd_model, signature, payload = load_checkpoint(path, device=env.torch_device)
         signature.check_compatible(signature_of_env(env))
-        return cls(env, nerd_model, env_mode, history_length=int(payload["config"]["history_length"]))
+        history_length = payload.get("config", {}).get("history_length")
+        if not isinstance(history_length, int):
+            raise ValueError(f"{path}: the checkpoint's config does not state its history_length")
+        return cls(env, nerd_model, env_mode, history_length=history_length)
 
     def __getattr__(self, name: str):
         return getattr(self.env, name)
