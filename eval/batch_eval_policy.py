@@ -6,7 +6,7 @@ Example:
 
 import argparse
 
-from nerd.cli import check_output, resolve_device, run_main
+from nerd.cli import add_common_args, check_output, resolve_device, run_main
 from nerd.config import load_config
 from nerd.rl.batch_eval import PolicyEvalConfig, batch_evaluate, format_markdown, write_table
 
@@ -17,8 +17,7 @@ def main() -> None:
     parser.add_argument("--output", default=None, help="table JSON (a Markdown copy is written beside it)")
     parser.add_argument("--cfg-overrides", nargs="*", default=[], metavar="KEY=VALUE",
                         help="config overrides, e.g. num_games=64")
-    parser.add_argument("--device", default="cpu", help="'cpu', 'cuda' or 'cuda:N' (default: cpu)")
-    parser.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+    add_common_args(parser, seed_default=None)
     args = parser.parse_args()
 
     device = resolve_device(args.device)

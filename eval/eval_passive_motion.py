@@ -9,8 +9,8 @@ Example:
 import argparse
 from pathlib import Path
 
-from envs import ENV_NAMES
-from nerd.cli import check_output, resolve_device, run_main
+from envs import ENV_NAMES, env_class
+from nerd.cli import add_common_args, check_output, resolve_device, run_main
 from nerd.evaluation import evaluate_passive, format_config_table, format_results, write_results
 
 
@@ -25,14 +25,13 @@ def main() -> None:
     parser.add_argument("--contact-config", type=int, nargs="+", default=None,
                         help="pendulum ground configuration(s) 0-6; several give one table over them")
     parser.add_argument("--output", default=None, help="results JSON (a PNG of error vs step is written beside it)")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--seed", type=int, default=500)
-    parser.add_argument("--overwrite", action="store_true")
+    add_common_args(parser, seed_default=500)
     args = parser.parse_args()
+    env_class(args.env_name)  # an unknown robot fails here, naming the valid ones
 
-    if args.env_name not in ENV_NAMES:
-        raise ValueError(f"unknown env name '{args.env_name}'; valid names: {', '.join(ENV_NAMES)}")
     output = check_output(args.output, args.overwrite) if args.output else None
+    if output is not None and len(args.contact_config or [None]) == 1:
+        check_output(Path(output).with_suffix(".png"), args.overwrite)
     configs = args.contact_config or [None]
     runs = [
         evaluate_passive(args.env_name, args.model_path, args.env_mode, args.num_envs, args.num_rollouts,

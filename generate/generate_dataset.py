@@ -8,7 +8,7 @@ Example:
 import argparse
 from pathlib import Path
 
-from envs import ENV_NAMES
+from envs import ENV_NAMES, env_class
 from nerd.cli import add_common_args, check_output, resolve_device, run_main
 from nerd.generation import GenerationConfig, generate_dataset
 
@@ -28,9 +28,8 @@ def main() -> None:
                         help="HDF5 compression (default: lzf)")
     add_common_args(parser)
     args = parser.parse_args()
+    env_class(args.env_name)  # an unknown robot fails here, naming the valid ones
 
-    if args.env_name not in ENV_NAMES:
-        raise ValueError(f"unknown env name '{args.env_name}'; valid names: {', '.join(ENV_NAMES)}")
     name = args.dataset_name if Path(args.dataset_name).suffix else args.dataset_name + ".hdf5"
     path = check_output(Path(args.dataset_dir) / name, args.overwrite)
     cfg = GenerationConfig(
