@@ -57,6 +57,21 @@ INIT_JOINT_VEL_RANGE = 2.0 * math.pi  # [rad/s]
 TORQUE_NOISE_SCALE = 400.0  # [N·m]
 
 
+def ankle_range(ankle_sign: float) -> tuple[float, float]:
+    """Ankle limits [rad] of a leg whose ankle range has sign ``ankle_sign`` (see ``LEGS``)."""
+    return ANKLE_LIMITS if ankle_sign > 0 else (-ANKLE_LIMITS[1], -ANKLE_LIMITS[0])
+
+
+def hinge_limits() -> tuple[torch.Tensor, torch.Tensor]:
+    """Lower and upper limits (8,) [rad] of the hinges in joint order (hip, ankle per leg)."""
+    lower, upper = [], []
+    for *_, ankle_sign in LEGS:
+        low, high = ankle_range(ankle_sign)
+        lower += [-HIP_LIMIT, low]
+        upper += [HIP_LIMIT, high]
+    return torch.tensor(lower), torch.tensor(upper)
+
+
 def _capsule_along(direction: np.ndarray, length: float) -> tuple[wp.transform, float]:
     """Transform and half-height of a capsule from the body origin to ``direction * length``."""
     unit = direction / np.linalg.norm(direction)
@@ -109,7 +124,7 @@ class Ant(Environment):
             xform, half = _capsule_along(diag, ANKLE_REACH * math.sqrt(2.0))
             builder.add_shape_capsule(lower, xform=xform, radius=LEG_RADIUS, half_height=half, cfg=leg_cfg)
             ankle_axis = np.asarray(ankle_axis) / np.linalg.norm(ankle_axis)
-            low, high = ANKLE_LIMITS if ankle_sign > 0 else (-ANKLE_LIMITS[1], -ANKLE_LIMITS[0])
+            low, high = ankle_range(ankle_sign)
             joints.append(
                 builder.add_joint_revolute(
                     upper, lower, parent_xform=wp.transform(tuple(HIP_REACH * diag), wp.quat_identity()),

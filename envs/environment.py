@@ -3,8 +3,8 @@
 A frame is one call of :meth:`Environment.step_with_joint_act`: ``sim_substeps`` solver steps with the
 joint torques held constant, then the collision stage (installed by
 :class:`nerd.contacts.AbstractContactEnvironment`, absent for contact-free robots), so the contact set always
-describes the current state and is what the next frame's solver consumes. States and torques are exchanged as
-torch tensors of shape (N, ·) that share memory with the Warp arrays, so nothing is copied per frame.
+describes the current state and is what the next frame's solver consumes. The simulator's arrays are viewed
+as torch tensors of shape (N, ·) that share memory with Warp; getters return copies.
 
 State vector of one env: ``[joint_q (dof_q), joint_qd (dof_qd)]`` in Newton's conventions. For a free
 joint, ``joint_q = [p (3) world position of the body origin, quaternion (4) xyzw]`` and
@@ -174,7 +174,7 @@ class Environment:
         states = states.to(self.torch_device, torch.float32)
         self._joint_q[rows] = states[:, : self.dof_q]
         self._joint_qd[rows] = states[:, self.dof_q :]
-        self._sync_torch_to_warp()
+        self.sync_torch_writes()
         newton.eval_fk(self.model, self.state_0.joint_q, self.state_0.joint_qd, self.state_0)
         self.refresh_contacts()
 
@@ -190,7 +190,10 @@ class Environment:
 
     def reset(self, env_ids: Sequence[int] | torch.Tensor | None = None, states: torch.Tensor | None = None,
               generator: torch.Generator | None = None) -> None:
-        """Reset ``env_ids`` (all if None) to ``states``, or to the robot's random reset states when none are given."""
+        """Reset ``env_ids`` (all if None) to ``states``, or to the robot's random reset states when none are given.
+
+        Without a ``generator`` the random states come from seed 0 every call; pass one for fresh draws.
+        """
         n = self.num_envs if env_ids is None else len(env_ids)
         if states is None:
             states = self.sample_reset_states(n, generator or torch.Generator().manual_seed(0))
@@ -226,7 +229,7 @@ class Environment:
             )
         self.joint_acts.copy_(joint_acts)
         self._joint_f[:, self.act_dof_indices] = self.joint_acts
-        self._sync_torch_to_warp()
+        self.sync_torch_writes()
 
     def simulate_frame(self) -> None:
         """Run one ground-truth frame with the torques already applied (replaying the captured graph)."""
@@ -265,8 +268,12 @@ class Environment:
         if self.device.is_cuda:
             wp.synchronize_device(self.device)
 
-    def _sync_torch_to_warp(self) -> None:
-        # Torch and Warp share memory; on CUDA they use different streams, so wait for torch's writes.
+    def sync_torch_writes(self) -> None:
+        """Make torch's writes to shared arrays visible to the next Warp launch (a no-op on the CPU).
+
+        Warp's and torch's default CUDA streams are ordered with each other; the explicit wait is a conservative
+        guard for callers that write on another torch stream.
+        """
         if self.device.is_cuda:
             torch.cuda.current_stream(self.torch_device).synchronize()
 

@@ -35,14 +35,13 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        errors = []
         for option in args:
             if option is type(None):
                 continue
             try:
                 return _coerce(value, option, key)
-            except ConfigError as err:
-                errors.append(str(err))
+            except ConfigError:
+                continue
         raise ConfigError(f"config key '{key}': expected {_type_name(tp)}, got {value!r}")
     if origin is typing.Literal:
         if value not in args:

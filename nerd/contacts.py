@@ -2,8 +2,8 @@
 
 Each robot gets a fixed list of C contact candidates, points on its collision shapes in body coordinates:
 a sphere gives its centre, a capsule its two segment end points, a box its 8 corners, a mesh its origin.
-Every frame, before the solver's substeps, :class:`AbstractContactEnvironment` detects each candidate
-against its env's ground plane and writes
+At the end of every frame (and after every state change) :class:`AbstractContactEnvironment` detects each
+candidate against its env's ground plane and writes
 
 * the features NeRD consumes, as torch tensors of shape (N, C, ·), world frame: ground normal, candidate
   point, closest ground point and signed depth of the candidate point above the plane (shape thickness not
@@ -202,6 +202,7 @@ class AbstractContactEnvironment:
         normals = torch.nn.functional.normalize(torch.as_tensor(normals, dtype=torch.float32), dim=-1)
         wp.to_torch(self._plane_normal)[rows] = normals.to(self.env.torch_device)
         wp.to_torch(self._plane_point)[rows] = torch.as_tensor(points, dtype=torch.float32).to(self.env.torch_device)
+        self.env.sync_torch_writes()
         if self.contact_count:
             self._detect()
 

@@ -8,7 +8,10 @@ from typing import Any
 import h5py
 import numpy as np
 
+import torch
+
 from nerd.datasets.hdf5 import read_attrs
+from nerd.features import active_contact_mask
 
 # Statistics are computed on at most this many trajectories so that a summary of a 10 M-transition file is quick.
 MAX_SUMMARY_TRAJECTORIES = 4096
@@ -19,12 +22,13 @@ def summarize_dataset(path: str | Path) -> dict[str, Any]:
 
     Returns:
         A dict with the file attributes and ``state_min``/``state_max``/``state_mean``/``state_std`` lists and
-        ``contact_active_fraction`` (share of candidates within 0.12 m of the ground, or None).
+        ``contact_active_fraction`` (share of candidates the model treats as active, or None).
     """
     attrs = read_attrs(path)
     with h5py.File(path, "r") as f:
         states = f["data/states"][:MAX_SUMMARY_TRAJECTORIES]
         depths = f["data/contact_depths"][:MAX_SUMMARY_TRAJECTORIES]
+        thicknesses = f["data/contact_thicknesses"][:MAX_SUMMARY_TRAJECTORIES]
         shapes = {name: tuple(dset.shape) for name, dset in f["data"].items()}
     flat = states.reshape(-1, states.shape[-1]).astype(np.float64)
     return {
@@ -34,7 +38,10 @@ def summarize_dataset(path: str | Path) -> dict[str, Any]:
         "state_max": flat.max(axis=0).tolist(),
         "state_mean": flat.mean(axis=0).tolist(),
         "state_std": flat.std(axis=0).tolist(),
-        "contact_active_fraction": float((depths < 0.12).mean()) if depths.size else None,
+        "contact_active_fraction": (
+            float(active_contact_mask(torch.from_numpy(depths), torch.from_numpy(thicknesses)).float().mean())
+            if depths.size else None
+        ),
     }
 
 
@@ -49,7 +56,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"torques {summary['joint_act_dim']}, contacts {summary['contact_count']}, frame {summary['states_frame']}",
     ]
     if summary["contact_active_fraction"] is not None:
-        lines.append(f"contact candidates within 0.12 m of the ground: {100 * summary['contact_active_fraction']:.1f} %")
+        lines.append(f"active contact candidates (depth < max(4 r, 0.12 m)): {100 * summary['contact_active_fraction']:.1f} %")
     lines.append("state coordinate        min        max       mean        std")
     for i, values in enumerate(zip(summary["state_min"], summary["state_max"], summary["state_mean"], summary["state_std"])):
         lines.append(f"  {i:>3d}          " + " ".join(f"{v:10.3f}" for v in values))

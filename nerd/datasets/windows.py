@@ -16,7 +16,7 @@ import torch
 from nerd.datasets.hdf5 import DatasetError, read_attrs
 from nerd.features import RobotSignature, build_inputs, build_targets
 
-_CONVERT_CHUNK = 1024  # trajectories converted at a time, to bound the float64-free temporary memory
+_CONVERT_CHUNK = 1024  # trajectories converted at a time, to bound the temporary memory of the conversion
 
 
 class TrajectoryWindows:

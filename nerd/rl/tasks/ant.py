@@ -35,7 +35,7 @@ from collections.abc import Sequence
 
 import torch
 
-from envs.ant import ANKLE_LIMITS, HIP_LIMIT, LEGS
+from envs.ant import hinge_limits
 from envs.environment import uniform
 from nerd.frames import quat_from_axis_angle, quat_mul, quat_rotate, quat_rotate_inv
 from nerd.rl.tasks.base import Task
@@ -58,16 +58,6 @@ RESET_HINGE_VEL_RANGE = 0.25  # [rad/s]
 
 HINGES = 8
 E_X, E_Z = (1.0, 0.0, 0.0), (0.0, 0.0, 1.0)
-
-
-def hinge_limits() -> tuple[torch.Tensor, torch.Tensor]:
-    """Lower and upper limits (8,) [rad] of the hinges in joint order (hip, ankle per leg)."""
-    lower, upper = [], []
-    for *_, ankle_sign in LEGS:
-        ankle = ANKLE_LIMITS if ankle_sign > 0 else (-ANKLE_LIMITS[1], -ANKLE_LIMITS[0])
-        lower += [-HIP_LIMIT, ankle[0]]
-        upper += [HIP_LIMIT, ankle[1]]
-    return torch.tensor(lower), torch.tensor(upper)
 
 
 def torso_frame(states: torch.Tensor) -> dict[str, torch.Tensor]:
