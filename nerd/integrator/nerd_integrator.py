@@ -122,13 +122,8 @@ class NeRDIntegrator(newton.solvers.SolverBase):
 
     @torch.no_grad()
     def predict_targets(self) -> torch.Tensor:
-        """De-normalised relative targets (N, P) from the current histories."""
-        if bool((self.history_count == 0).any()):
-            raise RuntimeError("predict_targets() needs at least one history token per env; call push_history()")
-        length = int(self.history_count.max())
-        normalized = self.nerd_model({name: buf[:, :length] for name, buf in self._history.items()})
-        last = normalized[self._env_rows, self.history_count - 1]
-        return self.nerd_model.target_norm.denormalize(last)
+        """De-normalised relative targets (N, P) from the current histories (each needs one token at least)."""
+        return self.nerd_model.predict(self._history, lengths=self.history_count)
 
     # ----------------------------------------------------------------------------------------------
     def step(self, state_in: newton.State, state_out: newton.State, control: newton.Control,

@@ -159,20 +159,32 @@ class NeRDModel(nn.Module):
             )
         return F.mse_loss(prediction, self.target_norm.normalize(target))
 
-    def predict(self, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Predict the raw target for the last time step of each history.
+    def predict(self, inputs: Mapping[str, torch.Tensor], lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """Predict the raw target for the last valid time step of each history.
 
-        Only the last :attr:`max_history` steps are fed to the backbone (one step for the MLP baseline,
-        ``block_size`` for the transformer). Gradient tracking and train/eval mode are left to the
-        caller; wrap in ``torch.no_grad()`` for inference.
+        Without ``lengths`` every row's history ends at the last position, and only the last
+        :attr:`max_history` steps are fed to the backbone (one step for the MLP baseline, ``block_size`` for
+        the transformer). With ``lengths`` the histories are left-aligned: row b holds ``lengths[b]`` valid
+        steps at positions ``0 .. lengths[b] - 1`` (later positions are ignored, the backbone being causal), so
+        rows with histories of different lengths share one forward pass. Gradient tracking and train/eval mode
+        are left to the caller; wrap in ``torch.no_grad()`` for inference.
 
         Args:
             inputs: Group name -> raw values of shape ``(B, T, width)``, oldest step first.
+            lengths: ``(B,)`` valid steps per row (1 .. min(T, max_history)), or None.
 
         Returns:
-            De-normalised prediction at the last step, shape ``(B, P)``.
+            De-normalised prediction at each row's last valid step, shape ``(B, P)``.
         """
         groups = self._checked(inputs, sequence=True)
-        keep = min(groups[0].shape[1], self.max_history)
-        cropped = {name: x[:, -keep:] for name, x in zip(self._input_groups, groups)}
-        return self.target_norm.denormalize(self(cropped)[:, -1])
+        if lengths is None:
+            keep = min(groups[0].shape[1], self.max_history)
+            cropped = {name: x[:, -keep:] for name, x in zip(self._input_groups, groups)}
+            return self.target_norm.denormalize(self(cropped)[:, -1])
+        longest = int(lengths.max())
+        if int(lengths.min()) < 1 or longest > min(groups[0].shape[1], self.max_history):
+            raise ValueError(f"lengths must lie in [1, {min(groups[0].shape[1], self.max_history)}], "
+                             f"got [{int(lengths.min())}, {longest}]")
+        prefix = {name: x[:, :longest] for name, x in zip(self._input_groups, groups)}
+        rows = torch.arange(len(lengths), device=lengths.device)
+        return self.target_norm.denormalize(self(prefix)[rows, lengths - 1])

@@ -205,6 +205,21 @@ def test_mlp_predict_uses_only_last_step():
         assert torch.equal(model.predict(inputs), model.predict(last))
 
 
+@pytest.mark.parametrize("model_type", ["transformer", "gru"])
+def test_predict_with_lengths_reads_each_rows_last_valid_step(model_type):
+    """Left-aligned rows of different lengths predict as if each row's valid prefix were run alone."""
+    torch.manual_seed(0)
+    model = NeRDModel(GROUPS, output_dim=4, cfg=tiny_config(model_type))
+    inputs = random_inputs(3, 6)
+    lengths = torch.tensor([2, 6, 4])
+    with torch.no_grad():
+        batched = model.predict(inputs, lengths=lengths)
+        alone = [model.predict({n: x[b : b + 1, : int(lengths[b])] for n, x in inputs.items()}) for b in range(3)]
+    torch.testing.assert_close(batched, torch.cat(alone), atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="lengths must lie in"):
+        model.predict(inputs, lengths=torch.tensor([0, 1, 1]))
+
+
 def test_transformer_predict_crops_to_block_size():
     """predict() on a history longer than block_size uses the last block_size steps."""
     torch.manual_seed(0)
