@@ -14,7 +14,7 @@ import json
 import time
 from pathlib import Path
 
-from nerd.cli import add_common_args, check_output, resolve_device, run_main
+from nerd.cli import add_common_args, add_overrides_arg, check_output, resolve_device, run_main
 from nerd.rl.config import load_rl_config, with_num_envs
 from nerd.rl.runner import RUN_DIR_ENTRIES, format_playback, play_policy, train_policy
 from nerd.run_dir import clear_run_dir, write_text_atomic
@@ -32,8 +32,7 @@ def main() -> None:
     parser.add_argument("--num-games", type=int, default=64, help="episodes to play back (default: 64)")
     parser.add_argument("--output", default=None, help="playback results JSON")
     parser.add_argument("--logdir", default=None, help="training run directory (default: runs/rl/<robot>__<task>__...)")
-    parser.add_argument("--cfg-overrides", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="config overrides, e.g. params.config.mini_epochs=4")
+    add_overrides_arg(parser, "params.config.mini_epochs=4")
     add_common_args(parser)
     args = parser.parse_args()
 

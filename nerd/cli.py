@@ -25,6 +25,12 @@ def add_common_args(parser: argparse.ArgumentParser, seed_default: int | None = 
     parser.add_argument("--overwrite", action="store_true", help="replace existing outputs")
 
 
+def add_overrides_arg(parser: argparse.ArgumentParser, example: str) -> None:
+    """Add ``--cfg-overrides KEY=VALUE ...`` (applied to the YAML before validation; ``example`` shows the form)."""
+    parser.add_argument("--cfg-overrides", nargs="*", default=[], metavar="KEY=VALUE",
+                        help=f"config overrides, e.g. {example}")
+
+
 def resolve_device(device: str) -> str:
     """Validate a device string; 'cuda' without a GPU is a clear error instead of a deep failure."""
     import torch

@@ -6,7 +6,7 @@ Example:
 
 import argparse
 
-from nerd.cli import add_common_args, check_output, resolve_device, run_main
+from nerd.cli import add_common_args, add_overrides_arg, check_output, resolve_device, run_main
 from nerd.config import load_config
 from nerd.run_dir import clear_run_dir
 from nerd.training import RUN_DIR_ENTRIES, TrainConfig, train
@@ -19,8 +19,7 @@ def main() -> None:
     parser.add_argument("--checkpoint", default=None, help="resume this run, or fine-tune it on a new dataset")
     parser.add_argument("--train-dataset", default=None, help="overrides dataset.train")
     parser.add_argument("--valid-dataset", default=None, help="overrides dataset.valid")
-    parser.add_argument("--cfg-overrides", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="config overrides, e.g. num_epochs=2 model.transformer.n_layer=4")
+    add_overrides_arg(parser, "num_epochs=2 model.transformer.n_layer=4")
     add_common_args(parser)
     args = parser.parse_args()
 
