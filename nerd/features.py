@@ -83,7 +83,7 @@ class RobotSignature:
             env_name=str(d["env_name"]), dof_q=int(d["dof_q"]), dof_qd=int(d["dof_qd"]),
             floating_base=bool(d["floating_base"]), continuous_q_indices=tuple(d["continuous_q_indices"]),
             states_frame=str(d["states_frame"]), contact_count=int(d["contact_count"]),
-            joint_act_dim=int(d.get("joint_act_dim", d.get("act_dim", 0))),
+            joint_act_dim=int(d["joint_act_dim"]),
         )
 
     def check_compatible(self, other: RobotSignature, what: str = "checkpoint") -> None:

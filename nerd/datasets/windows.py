@@ -33,7 +33,10 @@ class TrajectoryWindows:
                  max_trajectories: int | None = None):
         attrs = read_attrs(path)
         self.path = Path(path)
-        self.signature = RobotSignature.from_dict(attrs)
+        try:
+            self.signature = RobotSignature.from_dict(attrs)
+        except KeyError as err:
+            raise DatasetError(f"{path} lacks the attribute {err}; it was not written by generate_dataset.py") from err
         self.history = history
         length = int(attrs["trajectory_length"])
         if history > length:
