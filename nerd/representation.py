@@ -32,6 +32,7 @@ Anchors
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -116,12 +117,19 @@ def _check_states(states: Tensor, layout: StateLayout, name: str = "states") -> 
         )
 
 
+@functools.lru_cache(maxsize=64)
+def _index_mask(indices: tuple[int, ...], width: int, device: torch.device) -> Tensor:
+    """(width,) bool mask that is True at ``indices``; cached, since rollouts ask for the same one every step."""
+    mask = torch.zeros(width, dtype=torch.bool, device=device)
+    mask[list(indices)] = True
+    return mask
+
+
 def _wrap_continuous(joint_q: Tensor, layout: StateLayout) -> Tensor:
     """Wrap the continuous columns of ``(..., dof_q)`` into [−π, π) without writing in place."""
     if not layout.continuous_q_indices:
         return joint_q
-    mask = torch.zeros(layout.dof_q, dtype=torch.bool, device=joint_q.device)
-    mask[layout.continuous_q_indices] = True
+    mask = _index_mask(tuple(layout.continuous_q_indices), layout.dof_q, joint_q.device)
     return torch.where(mask, wrap_angle(joint_q), joint_q)
 
 
@@ -318,8 +326,7 @@ def integrate_target(states_t: Tensor, target: Tensor, anchor_t: Tensor | None, 
     if not layout.continuous_q_indices:
         return s1
     # Joint coordinates are frame-free, so the unwrapped sum is the continuous continuation of states_t.
-    mask = torch.zeros(s1.shape[-1], dtype=torch.bool, device=s1.device)
-    mask[layout.continuous_q_indices] = True
+    mask = _index_mask(tuple(layout.continuous_q_indices), s1.shape[-1], s1.device)
     return torch.where(mask, states_t + target, s1)
 
 

@@ -64,6 +64,7 @@ class NeRDIntegrator(newton.solvers.SolverBase):
         self.history_count = torch.zeros(num_envs, dtype=torch.long, device=self.torch_device)
         """(N,) valid history tokens per env."""
         self._env_rows = torch.arange(num_envs, device=self.torch_device)
+        self._contact_bodies: tuple[newton.Contacts, torch.Tensor] | None = None
 
     def reset(self, env_ids: Sequence[int] | torch.Tensor | None = None) -> None:
         """Forget the history of ``env_ids`` (all envs if None).
@@ -96,8 +97,11 @@ class NeRDIntegrator(newton.solvers.SolverBase):
 
     def _contact_features(self, body_q: torch.Tensor, contacts: newton.Contacts) -> dict[str, torch.Tensor]:
         n, c = self.num_envs, self.signature.contact_count
-        shape_body = wp.to_torch(self.model.shape_body)
-        bodies = shape_body[wp.to_torch(contacts.rigid_contact_shape0).long()]
+        if self._contact_bodies is None or self._contact_bodies[0] is not contacts:
+            # The candidates' bodies are fixed for a contact set: gather them once, not every step.
+            shape_body = wp.to_torch(self.model.shape_body)
+            self._contact_bodies = (contacts, shape_body[wp.to_torch(contacts.rigid_contact_shape0).long()])
+        bodies = self._contact_bodies[1]
         x = transform_point(body_q[bodies], wp.to_torch(contacts.rigid_contact_point0))
         # Newton's normal points from the robot into the ground; the features use the ground's outward normal.
         normal = -wp.to_torch(contacts.rigid_contact_normal)
