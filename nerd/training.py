@@ -2,7 +2,7 @@
 
 batch -> normalised MSE over every causal position -> backward -> clip -> Adam step, with a linear learning-
 rate decay; after every epoch a validation loss, a short passive rollout against the ground truth, TensorBoard
-scalars and checkpoints (``nn/last.pt`` and ``nn/best.pt`` by validation loss) in the run directory.
+scalars and checkpoints (``nn/last.pt``, and ``nn/best.pt`` by rollout error or validation loss) in the run directory.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import yaml
@@ -80,6 +80,10 @@ class TrainConfig:
     """Gradient-norm clip."""
     rollout_eval: RolloutEvalConfig = field(default_factory=RolloutEvalConfig)
     """Per-epoch passive rollout check."""
+    best_checkpoint_by: Literal["rollout", "valid_loss"] = "rollout"
+    """What ``nn/best.pt`` minimises: ``"rollout"`` the sum of the per-epoch rollout's error metrics (what a NeRD
+    model is for; the one-step loss can fall while the rollout error grows), or ``"valid_loss"`` the one-step
+    validation loss."""
 
 
 def get_lr(step: int, total_steps: int, lr_start: float, lr_end: float) -> float:
@@ -117,16 +121,19 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
         if data.signature.env_name != cfg.env_name:
             raise ValueError(f"the {name} dataset is for {data.signature.env_name}, but the config trains {cfg.env_name}")
     valid_data.signature.check_compatible(sig, what="validation dataset")
+    if cfg.best_checkpoint_by == "rollout" and cfg.rollout_eval.num_envs < 1:
+        raise ValueError("best_checkpoint_by: rollout needs rollout_eval.num_envs > 0; set it or use valid_loss")
 
     start_epoch = 0
     optimizer_state = None
-    best_valid = float("inf")
+    best_score = float("inf")
     if checkpoint is not None:
         model, ckpt_sig, payload = load_checkpoint(checkpoint, device)
         ckpt_sig.check_compatible(sig, what="checkpoint")
         if Path(payload["config"]["dataset"]["train"]).resolve() == Path(cfg.dataset.train).resolve():
             start_epoch, optimizer_state = payload["epoch"] + 1, payload["optimizer_state"]
-            best_valid = _previous_best(Path(checkpoint).parent / "best.pt", logdir / "nn" / "best.pt")
+            best_score = _previous_best(Path(checkpoint).parent / "best.pt", logdir / "nn" / "best.pt",
+                                        cfg.best_checkpoint_by)
     else:
         model = NeRDModel(sig.input_groups, sig.target_dim, cfg.model).to(device)
         # Statistics of every step of the training set, computed once.
@@ -188,23 +195,34 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
                   "epoch_seconds": epoch_seconds, **ckpt_metrics}
         history.append(record)
         print(" ".join(f"{k} {v:.5g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()), flush=True)
-        if valid < best_valid:
-            best_valid = valid
-            save_checkpoint(best_path, model, sig, config_dict, epoch=epoch, extra={"valid_loss": valid, **ckpt_metrics})
+        score = valid if cfg.best_checkpoint_by == "valid_loss" else sum(ckpt_metrics.values())
+        if score < best_score:
+            best_score = score
+            save_checkpoint(best_path, model, sig, config_dict, epoch=epoch,
+                            extra={"valid_loss": valid, **ckpt_metrics, "best_checkpoint_by": cfg.best_checkpoint_by,
+                                   "best_score": score})
     writer.close()
-    summary = {"best_valid_loss": best_valid, "best_checkpoint": str(best_path), "last_checkpoint": str(last_path),
+    summary = {"best_checkpoint_by": cfg.best_checkpoint_by, "best_score": best_score,
+               "best_valid_loss": min((r["valid_loss"] for r in history), default=float("nan")),
+               "best_checkpoint": str(best_path), "last_checkpoint": str(last_path),
                "train_seconds": time.perf_counter() - started, "epochs": history,
                "train_windows": len(train_data), "parameters": sum(p.numel() for p in model.parameters())}
     write_text_atomic(logdir / "summary.yaml", yaml.safe_dump(summary, sort_keys=False))
     return summary
 
 
-def _previous_best(source: Path, target: Path) -> float:
-    """Validation loss of a resumed run's best checkpoint, copied into the new run directory if it is elsewhere."""
+def _previous_best(source: Path, target: Path, best_checkpoint_by: str) -> float:
+    """Score of a resumed run's best checkpoint, copied into the new run directory if it is elsewhere.
+
+    A best checkpoint chosen by another criterion scores inf, so the resumed run replaces it.
+    """
     if not source.is_file():
         return float("inf")
     if source.resolve() != target.resolve():
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)
     extra = torch.load(source, map_location="cpu", weights_only=True).get("extra", {})
-    return float(extra.get("valid_loss", float("inf")))
+    # Checkpoints written before the choice existed were selected by validation loss.
+    if extra.get("best_checkpoint_by", "valid_loss") != best_checkpoint_by:
+        return float("inf")
+    return float(extra.get("best_score", extra.get("valid_loss", float("inf"))))
