@@ -80,10 +80,44 @@ class TrainConfig:
     """Gradient-norm clip."""
     rollout_eval: RolloutEvalConfig = field(default_factory=RolloutEvalConfig)
     """Per-epoch passive rollout check."""
+    time_budget_minutes: float | None = None
+    """Stop once batch gathering and optimiser steps (evaluation excluded) have used this much CPU time of this
+    process (summed over its threads, so other jobs on the machine do not eat into it), at most ``num_epochs``
+    epochs; the learning rate then decays over the budget instead of over the steps. For comparing recipes at
+    equal compute; a run with a budget is not bit-reproducible. None trains for ``num_epochs``."""
+    input_noise: float = 0.0
+    """Std of Gaussian noise added to the state inputs of every history step during training, as a fraction of
+    each coordinate's data std (0 = off). The targets are corrected by the same noise, so the model learns to
+    steer a perturbed state back to the true next state: the state-noise trick of learned particle simulators,
+    which trades one-step accuracy for rollout stability. Only coordinates whose target is a plain difference
+    are perturbed (not a floating base's own pose, which is the anchor)."""
     best_checkpoint_by: Literal["rollout", "valid_loss"] = "rollout"
     """What ``nn/best.pt`` minimises: ``"rollout"`` the sum of the per-epoch rollout's error metrics (what a NeRD
     model is for; the one-step loss can fall while the rollout error grows), or ``"valid_loss"`` the one-step
     validation loss."""
+
+
+def noisy_state_columns(layout) -> torch.Tensor:
+    """State columns whose target is ``next - current`` in the same frame: every column without a floating base;
+    with one, all but the base position and orientation (identity in their own anchor frame)."""
+    columns = torch.arange(layout.dof_q + layout.dof_qd)
+    return columns[7:] if layout.floating_base else columns
+
+
+def add_state_noise(inputs: dict[str, torch.Tensor], target: torch.Tensor, columns: torch.Tensor, std: torch.Tensor,
+                    generator: torch.Generator | None = None) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Perturb the ``states`` inputs (B, H, S) at ``columns`` by N(0, std) and correct the targets (B, H, P).
+
+    A target column equals the state column it integrates (``compute_target``), so a perturbation ``e`` of the
+    input at step t makes ``target_t - e`` the step that lands on the true state t + 1.
+    """
+    states = inputs["states"]
+    noise = torch.randn(states.shape[:-1] + (len(columns),), generator=generator, dtype=states.dtype) * std
+    noise = noise.to(states.device)
+    states, target = states.clone(), target.clone()
+    states[..., columns] += noise
+    target[..., columns] -= noise
+    return {**inputs, "states": states}, target
 
 
 def get_lr(step: int, total_steps: int, lr_start: float, lr_end: float) -> float:
@@ -153,17 +187,31 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
     steps_per_epoch = min(batches, cfg.batches_per_epoch or batches)
     total_steps = steps_per_epoch * cfg.num_epochs
     best_path, last_path = logdir / "nn" / "best.pt", logdir / "nn" / "last.pt"
+    noise_columns = noisy_state_columns(sig.layout)
+    noise_std = (cfg.input_noise * model.input_norms["states"].var.sqrt().float().cpu())[noise_columns]
     history: list[dict[str, float]] = []
     started = time.perf_counter()
     step = start_epoch * steps_per_epoch
+    budget = cfg.time_budget_minutes * 60.0 if cfg.time_budget_minutes else None
+    step_seconds = 0.0  # CPU time of batch gathering + optimiser steps so far (this process): what the budget counts
     for epoch in range(start_epoch, cfg.num_epochs):
+        if budget is not None and step_seconds >= budget:
+            break
         epoch_start, losses = time.perf_counter(), []
         # One shuffle per (seed, epoch): a resumed run sees the orders it would have seen uninterrupted.
         generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
         bar = tqdm(train_data.iterate(cfg.batch_size, generator, steps_per_epoch), total=steps_per_epoch,
                    desc=f"epoch {epoch}", disable=not progress)
+        tick = time.process_time()
         for inputs, target in bar:
-            lr = get_lr(step, total_steps, cfg.lr_start, cfg.lr_end)
+            if cfg.input_noise > 0:
+                inputs, target = add_state_noise(inputs, target, noise_columns, noise_std, generator)
+            if budget is not None:
+                if step_seconds >= budget:
+                    break
+                lr = cfg.lr_start + min(step_seconds / budget, 1.0) * (cfg.lr_end - cfg.lr_start)
+            else:
+                lr = get_lr(step, total_steps, cfg.lr_start, cfg.lr_end)
             for group in optimizer.param_groups:
                 group["lr"] = lr
             loss = model.loss(inputs, target)
@@ -172,6 +220,7 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             optimizer.step()
             losses.append(loss.item())
+            step_seconds, tick = step_seconds + time.process_time() - tick, time.process_time()
             if step % 50 == 0:
                 writer.add_scalar("losses/train", loss.item(), step)
                 writer.add_scalar("losses/grad_norm", grad_norm.item(), step)
@@ -202,7 +251,8 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
                             extra={"valid_loss": valid, **ckpt_metrics, "best_checkpoint_by": cfg.best_checkpoint_by,
                                    "best_score": score})
     writer.close()
-    summary = {"best_checkpoint_by": cfg.best_checkpoint_by, "best_score": best_score,
+    summary = {"optimizer_steps": step, "windows_seen": step * cfg.batch_size, "step_seconds": step_seconds,
+               "best_checkpoint_by": cfg.best_checkpoint_by, "best_score": best_score,
                "best_valid_loss": min((r["valid_loss"] for r in history), default=float("nan")),
                "best_checkpoint": str(best_path), "last_checkpoint": str(last_path),
                "train_seconds": time.perf_counter() - started, "epochs": history,
