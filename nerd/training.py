@@ -18,8 +18,9 @@ import yaml
 from tqdm import tqdm
 
 from nerd.checkpoint import load_checkpoint, save_checkpoint
-from nerd.config import to_dict
+from nerd.config import check_range, to_dict
 from nerd.datasets.windows import TrajectoryWindows
+from nerd.errors import RolloutDivergedError
 from nerd.frames import wrap_angle
 from nerd.models import ModelConfig
 from nerd.models.nerd_model import NeRDModel
@@ -101,6 +102,20 @@ class TrainConfig:
     """What ``nn/best.pt`` minimises: ``"rollout"`` the sum of the per-epoch rollout's error metrics (what a NeRD
     model is for; the one-step loss can fall while the rollout error grows), or ``"valid_loss"`` the one-step
     validation loss."""
+
+    def __post_init__(self) -> None:
+        # Values that would run but mislead (an empty epoch, a negative clip) are refused when the config loads.
+        for key in ("history_length", "batch_size", "num_epochs", "valid_batches", "unroll_steps"):
+            check_range(key, getattr(self, key), low=1)
+        check_range("batches_per_epoch", self.batches_per_epoch, low=1)
+        check_range("dataset.max_train_trajectories", self.dataset.max_train_trajectories, low=1)
+        check_range("grad_clip", self.grad_clip, low=0, low_open=True)
+        check_range("lr_start", self.lr_start, low=0, low_open=True)
+        check_range("lr_end", self.lr_end, low=0)
+        check_range("input_noise", self.input_noise, low=0)
+        check_range("time_budget_minutes", self.time_budget_minutes, low=0, low_open=True)
+        check_range("rollout_eval.num_envs", self.rollout_eval.num_envs, low=0)
+        check_range("rollout_eval.horizon", self.rollout_eval.horizon, low=1)
 
 
 def noisy_state_columns(layout) -> torch.Tensor:
@@ -259,6 +274,9 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
             for group in optimizer.param_groups:
                 group["lr"] = lr
             loss = model.loss(inputs, target)
+            if not torch.isfinite(loss):
+                raise RolloutDivergedError(f"training diverged: the loss is {loss.item()} at step {step} (epoch {epoch}); "
+                                           "lower lr_start or check the data")
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
