@@ -107,7 +107,8 @@ def main() -> None:
             captured = steps_per_second(name, n, True, device)
             plain = steps_per_second(name, n, False, device)
             results["stepping"].append({"env": name, "num_envs": n, "captured": captured, "uncaptured": plain})
-            print(f"{name:<20} N={n:<4} captured {captured:>12,.0f}  uncaptured {plain:>12,.0f} env-steps/s", flush=True)
+            print(f"{name:<20} N={n:<4} captured {captured:>12,.0f}  uncaptured {plain:>12,.0f} env-steps/s",
+                  flush=True)
         if not args.quick:
             results["compile"][name] = cold_compile_seconds(name, device)
             print(f"{name:<20} cold-cache build + first frame {results['compile'][name]:.1f} s", flush=True)

@@ -32,8 +32,8 @@ from nerd.models.transformer import TransformerConfig
 from nerd.neural_environment import NeuralEnvironment
 from nerd.rl.tasks import make_task
 from nerd.rl.vec_env import NeRDVecEnv
-from nerd.training import TrainConfig
 from nerd.run_dir import write_text_atomic
+from nerd.training import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 # Untrained NeRD models timed in neural mode: the project's CPU-sized Cartpole model (cfg/train/Cartpole/cpu.yaml)

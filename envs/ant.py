@@ -150,7 +150,8 @@ class Ant(Environment):
     def sample_initial_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """Torso 1.0-1.3 m high with random yaw and tilt, joints within range, random velocities (spec §8)."""
         height = uniform(INIT_HEIGHT_RANGE[0], INIT_HEIGHT_RANGE[1], n, generator)
-        euler = uniform((-INIT_TILT_RANGE, -INIT_TILT_RANGE, -math.pi), (INIT_TILT_RANGE, INIT_TILT_RANGE, math.pi), n, generator)
+        tilt = (INIT_TILT_RANGE, INIT_TILT_RANGE, math.pi)
+        euler = uniform([-t for t in tilt], tilt, n, generator)
         quat = quat_from_euler_xyz(euler)
         joints = []
         for *_, ankle_sign in LEGS:

@@ -278,7 +278,8 @@ class Environment:
             torch.cuda.current_stream(self.torch_device).synchronize()
 
 
-def uniform(low: Sequence[float] | float, high: Sequence[float] | float, n: int, generator: torch.Generator) -> torch.Tensor:
+def uniform(low: Sequence[float] | float, high: Sequence[float] | float, n: int, generator: torch.Generator
+            ) -> torch.Tensor:
     """Samples (n, len(low)) uniformly in [low, high] on the CPU, so a seed gives the same data on every device."""
     low_t = torch.as_tensor(low, dtype=torch.float32).reshape(1, -1)
     high_t = torch.as_tensor(high, dtype=torch.float32).reshape(1, -1)

@@ -71,7 +71,8 @@ class PendulumWithContact(Environment):
             builder.add_shape_capsule(
                 link, xform=wp.transform((half, 0.0, 0.0), along_x), radius=LINK_RADIUS, half_height=half, cfg=cfg
             )
-            parent_xform = wp.transform((0.0, 0.0, PIVOT_HEIGHT) if i == 0 else (LINK_LENGTH, 0.0, 0.0), wp.quat_identity())
+            pivot = (0.0, 0.0, PIVOT_HEIGHT) if i == 0 else (LINK_LENGTH, 0.0, 0.0)
+            parent_xform = wp.transform(pivot, wp.quat_identity())
             joints.append(
                 builder.add_joint_revolute(
                     links[-1] if links else -1, link, parent_xform=parent_xform, axis=(0.0, 1.0, 0.0),

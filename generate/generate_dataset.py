@@ -39,7 +39,8 @@ def main() -> None:
     )
     summary = generate_dataset(cfg, path, device=resolve_device(args.device))
     print(f"wrote {summary.path}: {summary.num_trajectories} trajectories, {summary.num_transitions} transitions, "
-          f"{summary.num_dropped} dropped, {summary.seconds:.1f} s ({summary.transitions_per_second:,.0f} transitions/s)")
+          f"{summary.num_dropped} dropped, {summary.seconds:.1f} s "
+          f"({summary.transitions_per_second:,.0f} transitions/s)")
 
 
 if __name__ == "__main__":

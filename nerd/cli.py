@@ -7,7 +7,6 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-
 from nerd.config import ConfigError
 from nerd.datasets.hdf5 import DatasetError
 from nerd.errors import RolloutDivergedError, first_line

@@ -26,6 +26,7 @@ import warp as wp
 
 from envs.environment import Environment
 
+
 @dataclass
 class ContactCandidates:
     """Contact candidates of one robot copy.
@@ -68,7 +69,8 @@ def extract_contact_candidates(model: newton.Model, shapes_per_env: int) -> Cont
         elif shape_type[s] == newton.GeoType.CAPSULE:
             local, radius = [(0.0, 0.0, -scale[1]), (0.0, 0.0, scale[1])], scale[0]
         elif shape_type[s] == newton.GeoType.BOX:
-            local = [(sx * scale[0], sy * scale[1], sz * scale[2]) for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)]
+            signs = (-1, 1)
+            local = [(sx * scale[0], sy * scale[1], sz * scale[2]) for sx in signs for sy in signs for sz in signs]
             radius = 0.0
         else:
             # Meshes and other geometry: the shape origin only (a known weakness of the representation).
@@ -191,7 +193,8 @@ class AbstractContactEnvironment:
             device=self.env.device,
         )
 
-    def set_ground_planes(self, normals: torch.Tensor, points: torch.Tensor, env_ids: torch.Tensor | None = None) -> None:
+    def set_ground_planes(self, normals: torch.Tensor, points: torch.Tensor, env_ids: torch.Tensor | None = None
+                          ) -> None:
         """Set the ground plane of each env (all if ``env_ids`` is None).
 
         Args:

@@ -1,9 +1,10 @@
 """Passive-motion evaluation (spec §9): NeRD (or the ground truth itself) against the ground-truth simulator.
 
-From the same random initial states (the robot's task reset distribution), the ground truth and the evaluated simulator roll out autoregressively
-for H frames with zero actions (through the robot's controller, so a PD-driven robot would still hold its pose). Errors are measured per step
-and averaged over **all steps (1..H) and all trajectories**, per robot as its env module defines
-(``passive_metrics``), plus per-coordinate errors and the error of every metric at every step.
+From the same random initial states (the robot's task reset distribution), the ground truth and the evaluated
+simulator roll out autoregressively for H frames with zero actions (through the robot's controller, so a PD-driven
+robot would still hold its pose). Errors are measured per step and averaged over **all steps (1..H) and all
+trajectories**, per robot as its env module defines (``passive_metrics``), plus per-coordinate errors and the error
+of every metric at every step.
 """
 
 from __future__ import annotations
@@ -142,7 +143,7 @@ def write_results(results: dict[str, Any], json_path: str | Path, png_path: str 
 
     curves = results["error_vs_step"]
     fig, axes = plt.subplots(1, len(curves), figsize=(4.5 * len(curves), 3.4), squeeze=False)
-    for ax, (name, values) in zip(axes[0], curves.items()):
+    for ax, (name, values) in zip(axes[0], curves.items(), strict=True):
         ax.plot(range(1, len(values) + 1), values)
         ax.set_xlabel("step")
         ax.set_ylabel(name)

@@ -76,7 +76,8 @@ class GenerationSummary:
         return self.num_transitions / max(self.seconds, 1e-9)
 
 
-def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu", progress: bool = True) -> GenerationSummary:
+def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu", progress: bool = True
+                     ) -> GenerationSummary:
     """Generate a trajectory dataset into ``path`` (HDF5, see :mod:`nerd.datasets.hdf5`).
 
     The file appears under ``path`` only once generation has finished; an error or an interruption removes the
@@ -130,7 +131,8 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
                 dropped += int((~finite).sum())
                 keep = np.flatnonzero(finite)[: num_trajectories - kept]
                 if len(keep) == 0:
-                    raise RolloutDivergedError(f"{cfg.env_name}: every trajectory of a batch diverged; check the sampler ranges")
+                    raise RolloutDivergedError(
+                        f"{cfg.env_name}: every trajectory of a batch diverged; check the sampler ranges")
                 writer.append({name: values[keep] for name, values in batch.items()})
                 kept += len(keep)
         seconds = time.perf_counter() - start

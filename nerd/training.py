@@ -22,7 +22,7 @@ from nerd.config import to_dict
 from nerd.datasets.windows import TrajectoryWindows
 from nerd.models import ModelConfig
 from nerd.models.nerd_model import NeRDModel
-from nerd.run_dir import clear_run_dir, write_run_record, write_text_atomic
+from nerd.run_dir import write_run_record, write_text_atomic
 
 RUN_DIR_ENTRIES = ("nn", "config.yaml", "git.yaml", "summary.yaml")
 """What a training run writes in its directory besides TensorBoard events (what ``--overwrite`` removes)."""
@@ -92,7 +92,8 @@ def get_lr(step: int, total_steps: int, lr_start: float, lr_end: float) -> float
 def validation_loss(model: NeRDModel, data: TrajectoryWindows, batch_size: int, batches: int, seed: int) -> float:
     """Mean normalised loss over ``batches`` random validation batches (the same ones every epoch)."""
     model.eval()
-    losses = [model.loss(x, y).item() for x, y in data.iterate(batch_size, torch.Generator().manual_seed(seed), batches)]
+    generator = torch.Generator().manual_seed(seed)
+    losses = [model.loss(x, y).item() for x, y in data.iterate(batch_size, generator, batches)]
     model.train()
     return sum(losses) / max(len(losses), 1)
 
@@ -115,7 +116,8 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
     sig = train_data.signature
     for name, data in (("training", train_data), ("validation", valid_data)):
         if data.signature.env_name != cfg.env_name:
-            raise ValueError(f"the {name} dataset is for {data.signature.env_name}, but the config trains {cfg.env_name}")
+            raise ValueError(
+                f"the {name} dataset is for {data.signature.env_name}, but the config trains {cfg.env_name}")
     valid_data.signature.check_compatible(sig, what="validation dataset")
 
     start_epoch = 0
@@ -130,7 +132,8 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
     else:
         model = NeRDModel(sig.input_groups, sig.target_dim, cfg.model).to(device)
         # Statistics of every step of the training set, computed once.
-        model.update_statistics({k: v.flatten(0, 1) for k, v in train_data.inputs.items()}, train_data.targets.flatten(0, 1))
+        inputs = {k: v.flatten(0, 1) for k, v in train_data.inputs.items()}
+        model.update_statistics(inputs, train_data.targets.flatten(0, 1))
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr_start)
     if optimizer_state is not None:
@@ -190,7 +193,8 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
         print(" ".join(f"{k} {v:.5g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()), flush=True)
         if valid < best_valid:
             best_valid = valid
-            save_checkpoint(best_path, model, sig, config_dict, epoch=epoch, extra={"valid_loss": valid, **ckpt_metrics})
+            save_checkpoint(best_path, model, sig, config_dict, epoch=epoch,
+                            extra={"valid_loss": valid, **ckpt_metrics})
     writer.close()
     summary = {"best_valid_loss": best_valid, "best_checkpoint": str(best_path), "last_checkpoint": str(last_path),
                "train_seconds": time.perf_counter() - started, "epochs": history,

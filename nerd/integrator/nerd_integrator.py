@@ -90,7 +90,8 @@ class NeRDIntegrator(newton.solvers.SolverBase):
         features = None
         if sig.contact_count:
             if contacts is None:
-                raise ValueError(f"{sig.env_name} has {sig.contact_count} contact candidates; step() needs its contacts")
+                raise ValueError(
+                    f"{sig.env_name} has {sig.contact_count} contact candidates; step() needs its contacts")
             features = self._contact_features(wp.to_torch(state.body_q), contacts)
         groups, anchor = build_inputs(sig, states, body_q[:, self.anchor_body], torques, features)
         return groups, anchor, states

@@ -124,7 +124,7 @@ class NeRDModel(nn.Module):
         """
         if target.ndim == 0 or target.shape[-1] != self.output_dim:
             raise ValueError(f"target must have shape (..., {self.output_dim}), got {tuple(target.shape)}")
-        for name, x in zip(self._input_groups, self._checked(inputs, sequence=False)):
+        for name, x in zip(self._input_groups, self._checked(inputs, sequence=False), strict=True):
             self.input_norms[name].update(x)
         self.target_norm.update(target)
 
@@ -138,7 +138,7 @@ class NeRDModel(nn.Module):
             Normalised predictions, shape ``(B, T, P)``; position t depends on steps 0..t only.
         """
         groups = self._checked(inputs, sequence=True)
-        normalized = [self.input_norms[name].normalize(x) for name, x in zip(self._input_groups, groups)]
+        normalized = [self.input_norms[name].normalize(x) for name, x in zip(self._input_groups, groups, strict=True)]
         tokens = torch.cat(normalized, dim=-1)
         return self.backbone(tokens)
 
@@ -179,12 +179,12 @@ class NeRDModel(nn.Module):
         groups = self._checked(inputs, sequence=True)
         if lengths is None:
             keep = min(groups[0].shape[1], self.max_history)
-            cropped = {name: x[:, -keep:] for name, x in zip(self._input_groups, groups)}
+            cropped = {name: x[:, -keep:] for name, x in zip(self._input_groups, groups, strict=True)}
             return self.target_norm.denormalize(self(cropped)[:, -1])
         longest = int(lengths.max())
         if int(lengths.min()) < 1 or longest > min(groups[0].shape[1], self.max_history):
             raise ValueError(f"lengths must lie in [1, {min(groups[0].shape[1], self.max_history)}], "
                              f"got [{int(lengths.min())}, {longest}]")
-        prefix = {name: x[:, :longest] for name, x in zip(self._input_groups, groups)}
+        prefix = {name: x[:, :longest] for name, x in zip(self._input_groups, groups, strict=True)}
         rows = torch.arange(len(lengths), device=lengths.device)
         return self.target_norm.denormalize(self(prefix)[rows, lengths - 1])

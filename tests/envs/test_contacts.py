@@ -41,7 +41,8 @@ def test_tilted_ground_config_depth_is_signed_distance():
     assert abs(normal[2].item() - math.cos(math.pi / 8) * math.cos(math.pi / 16)) < 1e-5
     x = c["contact_points_0"][0]
     torch.testing.assert_close(c["contact_depths"][0], (x - point) @ normal, atol=1e-5, rtol=0)
-    torch.testing.assert_close(c["contact_points_1"][0], x - c["contact_depths"][0, :, None] * normal, atol=1e-5, rtol=0)
+    expected_ground = x - c["contact_depths"][0, :, None] * normal
+    torch.testing.assert_close(c["contact_points_1"][0], expected_ground, atol=1e-5, rtol=0)
 
 
 def test_solver_consumes_the_same_contacts():
@@ -69,7 +70,7 @@ def test_pendulum_falling_on_a_plane_stays_above_it():
 
 
 def test_ant_mass_and_torso_inertia():
-    """The Ant weighs 117.05 kg (torso 31.654, upper legs 7.832, lower legs 13.518) with torso inertia (0.596, 0.596, 1.089)."""
+    """The Ant weighs 117.05 kg (torso 31.654, upper legs 7.832, lower legs 13.518); torso inertia 0.596/0.596/1.089."""
     env = make_env("Ant", 1)
     mass = env.model.body_mass.numpy()
     np.testing.assert_allclose(mass.sum(), 117.05, atol=0.01)

@@ -10,7 +10,8 @@ from nerd.models.nerd_model import NeRDModel
 from nerd.models.transformer import TransformerConfig
 from nerd.neural_environment import NeuralEnvironment
 
-TINY = ModelConfig(type="transformer", transformer=TransformerConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, head_hidden=[16]))
+TINY = ModelConfig(type="transformer",
+                   transformer=TransformerConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, head_hidden=[16]))
 
 
 def tiny_neural_env(name: str, num_envs: int, env_mode: str = "neural", **kwargs) -> NeuralEnvironment:
@@ -43,7 +44,8 @@ def test_perfect_predictor_reproduces_ground_truth(name):
     # Body poses and contacts were refreshed from the integrated state too.
     torch.testing.assert_close(nenv.get_root_body_q(), gt_env.get_root_body_q(), atol=2e-4, rtol=0)
     if nenv.contact_count:
-        torch.testing.assert_close(nenv.get_contacts()["contact_depths"], gt_env.get_contacts()["contact_depths"], atol=2e-4, rtol=0)
+        torch.testing.assert_close(nenv.get_contacts()["contact_depths"], gt_env.get_contacts()["contact_depths"],
+                                   atol=2e-4, rtol=0)
 
 
 def test_neural_inputs_match_the_contact_environment_features():
@@ -51,7 +53,8 @@ def test_neural_inputs_match_the_contact_environment_features():
     nenv = tiny_neural_env("Ant", 2)
     nenv.reset(generator=torch.Generator().manual_seed(0))
     groups, _, _ = nenv.integrator.current_inputs(nenv.state_0, nenv.control, nenv.contacts)
-    expected, _ = build_inputs(nenv.signature, nenv.get_states(), nenv.get_root_body_q(), nenv.joint_acts, nenv.get_contacts())
+    expected, _ = build_inputs(nenv.signature, nenv.get_states(), nenv.get_root_body_q(), nenv.joint_acts,
+                               nenv.get_contacts())
     for name in expected:
         torch.testing.assert_close(groups[name], expected[name], atol=1e-5, rtol=0)
 

@@ -158,7 +158,7 @@ def test_nerd_model_loss_decreases(model_type):
     def batch():
         inputs = random_inputs(32, 4)
         raw = torch.cat([inputs[name] for name in GROUPS], dim=-1) * scale
-        inputs = dict(zip(GROUPS, raw.split(list(GROUPS.values()), dim=-1)))
+        inputs = dict(zip(GROUPS, raw.split(list(GROUPS.values()), dim=-1), strict=True))
         return inputs, (raw / scale) @ mixing + 3.0
 
     for _ in range(10):

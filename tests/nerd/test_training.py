@@ -9,12 +9,12 @@ from envs import make_env
 from nerd.checkpoint import load_checkpoint, save_checkpoint
 from nerd.config import from_dict
 from nerd.evaluation import evaluate_passive
-from nerd.features import signature_of_env
 from nerd.generation import GenerationConfig, generate_dataset
 from nerd.neural_environment import NeuralEnvironment
 from nerd.training import TrainConfig, get_lr, train
 
-TINY_MODEL = {"type": "transformer", "transformer": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "head_hidden": [16]}}
+TINY_MODEL = {"type": "transformer",
+              "transformer": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "head_hidden": [16]}}
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,8 @@ def pendulum_run(tmp_path_factory):
                          root / f"{split}.hdf5", progress=False)
     cfg = from_dict(TrainConfig, {
         "env_name": "PendulumWithContact", "model": TINY_MODEL, "num_epochs": 2, "batches_per_epoch": 30,
-        "batch_size": 64, "valid_batches": 5, "dataset": {"train": str(root / "train.hdf5"), "valid": str(root / "valid.hdf5")},
+        "batch_size": 64, "valid_batches": 5,
+        "dataset": {"train": str(root / "train.hdf5"), "valid": str(root / "valid.hdf5")},
         "rollout_eval": {"num_envs": 4, "horizon": 20},
     })
     summary = train(cfg, root / "logs", seed=0, progress=False)

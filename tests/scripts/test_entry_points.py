@@ -70,7 +70,8 @@ def test_generate_refuses_to_overwrite(tmp_path, monkeypatch, capsys):
     """An existing output without --overwrite is an error and the file is left untouched."""
     (tmp_path / "x.hdf5").write_text("keep me")
     code, _, err = run_script("generate/generate_dataset.py", "--env-name", "Cartpole", "--num-transitions", "10",
-                              "--dataset-dir", str(tmp_path), "--dataset-name", "x", monkeypatch=monkeypatch, capsys=capsys)
+                              "--dataset-dir", str(tmp_path), "--dataset-name", "x",
+                              monkeypatch=monkeypatch, capsys=capsys)
     assert code == 1 and "pass --overwrite" in error_lines(err)[0]
     assert (tmp_path / "x.hdf5").read_text() == "keep me"
 
