@@ -8,8 +8,8 @@ Example:
 import argparse
 from pathlib import Path
 
-from envs import ENV_NAMES, env_class
 from nerd.cli import add_common_args, check_output, resolve_device, run_main
+from nerd.envs import ENV_NAMES, env_class
 from nerd.generation import GenerationConfig, generate_dataset
 
 

@@ -17,8 +17,9 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from envs import make_env
+from nerd.envs import make_env
 from nerd.frames import quat_angle, quat_inverse, quat_mul, wrap_angle
+from nerd.modes import GROUND_TRUTH, NEURAL
 from nerd.neural_environment import NeuralEnvironment
 from nerd.run_dir import write_text_atomic
 
@@ -74,19 +75,19 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
     """
     if num_envs < 1 or num_rollouts < 1 or horizon < 1:
         raise ValueError("--num-envs, --num-rollouts and --rollout-horizon must be positive")
-    if env_mode == "neural" and model_path is None:
+    if env_mode == NEURAL and model_path is None:
         raise ValueError("--env-mode neural needs --model-path")
     num_envs = min(num_envs, num_rollouts)
     env = make_env(env_name, num_envs, device=device, contact_config=contact_config)
-    nenv = (NeuralEnvironment.from_checkpoint(env, model_path, env_mode="ground-truth") if model_path
-            else NeuralEnvironment(env, None, env_mode="ground-truth"))
+    nenv = (NeuralEnvironment.from_checkpoint(env, model_path, env_mode=GROUND_TRUTH) if model_path
+            else NeuralEnvironment(env, None, env_mode=GROUND_TRUTH))
     generator = torch.Generator().manual_seed(seed)
     sums: dict[str, torch.Tensor] = {}
     done = 0
     batches = math.ceil(num_rollouts / num_envs)
     for _ in tqdm(range(batches), desc=f"{env_name} {env_mode}", unit="batch", disable=not progress):
-        initial = env.env.sample_reset_states(num_envs, generator)
-        gt = rollout(nenv, initial, horizon, "ground-truth")
+        initial = env.sample_reset_states(num_envs, generator)
+        gt = rollout(nenv, initial, horizon, GROUND_TRUTH)
         pred = rollout(nenv, initial, horizon, env_mode)
         keep = min(num_envs, num_rollouts - done)
         errors = state_errors(gt[1:, :keep], pred[1:, :keep], env)

@@ -97,7 +97,7 @@ class RobotSignature:
 
 
 def signature_of_env(env) -> RobotSignature:
-    """Signature of a live environment (an :class:`~nerd.contacts.AbstractContactEnvironment`)."""
+    """Signature of a live :class:`~nerd.envs.Environment`."""
     return RobotSignature(
         env_name=env.name, dof_q=env.dof_q, dof_qd=env.dof_qd, floating_base=env.floating_base,
         continuous_q_indices=tuple(env.continuous_q_indices), states_frame=env.states_frame,

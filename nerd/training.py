@@ -22,6 +22,7 @@ from nerd.config import to_dict
 from nerd.datasets.windows import TrajectoryWindows
 from nerd.models import ModelConfig
 from nerd.models.nerd_model import NeRDModel
+from nerd.modes import NEURAL
 from nerd.run_dir import write_run_record, write_text_atomic
 
 RUN_DIR_ENTRIES = ("nn", "config.yaml", "git.yaml", "summary.yaml")
@@ -176,11 +177,12 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
             step += 1
         epoch_seconds = time.perf_counter() - epoch_start
         valid = validation_loss(model, valid_data, cfg.batch_size, cfg.valid_batches, seed + 1)
-        save_checkpoint(last_path, model, sig, config_dict, epoch=epoch, optimizer=optimizer)
+        save_checkpoint(last_path, model, sig, config_dict, history_length=cfg.history_length, epoch=epoch,
+                        optimizer=optimizer)
         ckpt_metrics = {}
         if cfg.rollout_eval.num_envs > 0:
             ckpt_metrics = evaluate_passive(
-                cfg.env_name, str(last_path), "neural", cfg.rollout_eval.num_envs, cfg.rollout_eval.num_envs,
+                cfg.env_name, str(last_path), NEURAL, cfg.rollout_eval.num_envs, cfg.rollout_eval.num_envs,
                 cfg.rollout_eval.horizon, cfg.rollout_eval.seed, device=device, progress=False,
             )["metrics"]
             for name, value in ckpt_metrics.items():
@@ -193,7 +195,7 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
         print(" ".join(f"{k} {v:.5g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()), flush=True)
         if valid < best_valid:
             best_valid = valid
-            save_checkpoint(best_path, model, sig, config_dict, epoch=epoch,
+            save_checkpoint(best_path, model, sig, config_dict, history_length=cfg.history_length, epoch=epoch,
                             extra={"valid_loss": valid, **ckpt_metrics})
     writer.close()
     summary = {"best_valid_loss": best_valid, "best_checkpoint": str(best_path), "last_checkpoint": str(last_path),

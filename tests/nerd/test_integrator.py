@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from envs import make_env
+from nerd.envs import make_env
 from nerd.features import build_inputs, build_targets, signature_of_env
 from nerd.models import ModelConfig
 from nerd.models.nerd_model import NeRDModel
@@ -28,8 +28,8 @@ def test_perfect_predictor_reproduces_ground_truth(name):
     gen = torch.Generator().manual_seed(1)
     gt_env = make_env(name, n)
     nenv = tiny_neural_env(name, n)
-    start = gt_env.env.sample_initial_states(n, gen)
-    torques = [gt_env.env.sample_random_torques(n, gen) for _ in range(steps)]
+    start = gt_env.sample_initial_states(n, gen)
+    torques = [gt_env.sample_random_torques(n, gen) for _ in range(steps)]
     gt_env.set_states(start)
     nenv.reset(states=start)
     sig = signature_of_env(gt_env)
@@ -52,8 +52,8 @@ def test_neural_inputs_match_the_contact_environment_features():
     """The integrator rebuilds, from Newton's contact set, exactly the features the environment reports."""
     nenv = tiny_neural_env("Ant", 2)
     nenv.reset(generator=torch.Generator().manual_seed(0))
-    groups, _, _ = nenv.integrator.current_inputs(nenv.state_0, nenv.control, nenv.contacts)
-    expected, _ = build_inputs(nenv.signature, nenv.get_states(), nenv.get_root_body_q(), nenv.joint_acts,
+    groups, _, _ = nenv.integrator.current_inputs(nenv.env.state_0, nenv.env.control, nenv.env.contacts)
+    expected, _ = build_inputs(nenv.signature, nenv.get_states(), nenv.get_root_body_q(), nenv.env.joint_acts,
                                nenv.get_contacts())
     for name in expected:
         torch.testing.assert_close(groups[name], expected[name], atol=1e-5, rtol=0)
@@ -121,8 +121,9 @@ def test_neural_mode_without_model_is_an_error():
 def test_wrong_frame_dt_is_refused():
     """The integrator predicts whole training frames and refuses another dt."""
     nenv = tiny_neural_env("Cartpole", 1)
+    env = nenv.env
     with pytest.raises(ValueError, match="whole frames"):
-        nenv.integrator.step(nenv.state_0, nenv.state_0, nenv.control, nenv.contacts, 0.001)
+        nenv.integrator.step(env.state_0, env.state_0, env.control, env.contacts, 0.001)
 
 
 def test_non_finite_prediction_stops_the_rollout():

@@ -5,9 +5,9 @@ import dataclasses
 import pytest
 import torch
 
-from envs import make_env
 from nerd.checkpoint import load_checkpoint, save_checkpoint
 from nerd.config import from_dict
+from nerd.envs import make_env
 from nerd.evaluation import evaluate_passive
 from nerd.generation import GenerationConfig, generate_dataset
 from nerd.neural_environment import NeuralEnvironment
@@ -52,7 +52,8 @@ def test_checkpoint_round_trip_is_safe_and_exact(pendulum_run, tmp_path):
     raw = torch.load(root / "logs/nn/last.pt", weights_only=True)
     assert raw["signature"]["env_name"] == "PendulumWithContact" and payload["epoch"] == 1
     inputs = {name: torch.randn(3, 5, w) for name, w in sig.input_groups.items()}
-    path = save_checkpoint(tmp_path / "copy.pt", model, sig, payload["config"])
+    path = save_checkpoint(tmp_path / "copy.pt", model, sig, payload["config"],
+                           history_length=payload["history_length"])
     again, _, _ = load_checkpoint(path)
     torch.testing.assert_close(again(inputs), model(inputs), rtol=0, atol=0)
     torch.testing.assert_close(again.target_norm.mean, model.target_norm.mean, rtol=0, atol=0)

@@ -19,7 +19,7 @@ import newton
 import torch
 import warp as wp
 
-from envs.environment import Environment, uniform
+from nerd.envs.environment import Environment, uniform
 from nerd.frames import quat_from_euler_xyz, quat_rotate
 
 LINK_LENGTH = 1.5  # [m]

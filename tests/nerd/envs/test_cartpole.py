@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from envs import cartpole, make_env
+from nerd.envs import cartpole, make_env
 
 M = 50.0  # cart [kg]
 m = 2.5  # pole [kg]

@@ -1,13 +1,14 @@
-"""Newton robot environments, one module per robot, and the registry that builds them by name."""
+"""Newton robot environments, one module per robot, and the registry that builds them by name.
+
+Layering: this package sits on the engine (Newton/Warp) and on :mod:`nerd.frames` only; the rest of ``nerd``
+(features, integrator, neural environment, generation, training, RL) builds on it, never the other way round.
+``environment.py`` is the shared base (N copies, captured frame graph, state/torque tensors) with its
+fixed-size ground contacts (``contacts.py``) as a component; every other module describes one robot.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from envs.environment import Environment
-
-if TYPE_CHECKING:
-    from nerd.contacts import AbstractContactEnvironment
+from nerd.envs.environment import Environment
 
 ENV_NAMES = ("Cartpole", "PendulumWithContact", "Ant")
 
@@ -16,31 +17,32 @@ def env_class(name: str) -> type[Environment]:
     """Environment class registered under ``name``; the error lists the valid names."""
     # Imported lazily so that asking for one robot does not build every robot's module.
     if name == "Cartpole":
-        from envs.cartpole import Cartpole as cls
+        from nerd.envs.cartpole import Cartpole as cls
     elif name == "PendulumWithContact":
-        from envs.pendulum import PendulumWithContact as cls
+        from nerd.envs.pendulum import PendulumWithContact as cls
     elif name == "Ant":
-        from envs.ant import Ant as cls
+        from nerd.envs.ant import Ant as cls
     else:
         raise ValueError(f"unknown env name '{name}'; valid names: {', '.join(ENV_NAMES)}")
     return cls
 
 
 def make_env(name: str, num_envs: int, device: str = "cpu", solver: str | None = None, use_graph: bool = True,
-             contact_config: int | None = None) -> AbstractContactEnvironment:
-    """Build robot ``name`` with ``num_envs`` copies, wrapped with its fixed-size ground contacts.
+             contact_config: int | None = None) -> Environment:
+    """Build robot ``name`` with ``num_envs`` copies and its fixed-size ground contacts.
 
     Args:
         contact_config: Ground configuration id for robots that define several (the pendulum, spec §4);
             None keeps the default ground, the plane z = 0.
     """
-    from nerd.contacts import AbstractContactEnvironment
-
     cls = env_class(name)
     if contact_config is not None and not hasattr(cls, "ground_plane"):
         raise ValueError(f"{name} has a single ground; --contact-config applies to PendulumWithContact only")
-    env = AbstractContactEnvironment(cls(num_envs, device=device, solver=solver, use_graph=use_graph))
+    env = cls(num_envs, device=device, solver=solver, use_graph=use_graph)
     if contact_config is not None:
         normal, point = cls.ground_plane(contact_config)
         env.set_ground_planes(normal.expand(num_envs, 3), point.expand(num_envs, 3))
     return env
+
+
+__all__ = ["ENV_NAMES", "Environment", "env_class", "make_env"]

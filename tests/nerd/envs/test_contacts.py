@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from envs import ant, make_env, pendulum
+from nerd.envs import ant, make_env, pendulum
 from nerd.frames import quat_rotate
 
 
@@ -48,9 +48,9 @@ def test_tilted_ground_config_depth_is_signed_distance():
 def test_solver_consumes_the_same_contacts():
     """The Newton contact set handed to the solver holds the detected ground points and (negated) normals."""
     env = make_env("Ant", 2)
-    env.set_states(env.env.default_states(2))
+    env.set_states(env.default_states(2))
     c = env.get_contacts()
-    solver = env.solver_contacts
+    solver = env.contacts
     assert solver.rigid_contact_count.numpy()[0] == 2 * 25
     np.testing.assert_allclose(solver.rigid_contact_normal.numpy(), -c["contact_normals"].reshape(-1, 3).numpy())
     np.testing.assert_allclose(solver.rigid_contact_point1.numpy(), c["contact_points_1"].reshape(-1, 3).numpy())
@@ -82,7 +82,7 @@ def test_ant_mass_and_torso_inertia():
 def test_ant_dropped_on_the_ground_comes_to_rest_upright():
     """From the default pose, 3 s of zero torque leave the ant standing upright, still, on its feet."""
     env = make_env("Ant", 1)
-    env.set_states(env.env.default_states(1))
+    env.set_states(env.default_states(1))
     for _ in range(180):
         env.step_with_joint_act(torch.zeros(1, 8))
     s = env.get_states()[0]
