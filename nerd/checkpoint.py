@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from nerd.config import ConfigError, from_dict, to_dict
-from nerd.errors import first_line
+from nerd.errors import UserError, first_line
 from nerd.features import RobotSignature
 from nerd.models import ModelConfig
 from nerd.models.nerd_model import NeRDModel
@@ -62,9 +62,9 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu"
     try:
         payload = torch.load(path, map_location=device, weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as err:
-        raise ValueError(f"{path} is not a loadable nerd checkpoint ({first_line(err)})") from err
+        raise UserError(f"{path} is not a loadable nerd checkpoint ({first_line(err)})") from err
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path} is not a nerd checkpoint (expected format '{CHECKPOINT_FORMAT}')")
+        raise UserError(f"{path} is not a nerd checkpoint (expected format '{CHECKPOINT_FORMAT}')")
     try:
         signature = RobotSignature.from_dict(payload["signature"])
         model_cfg = from_dict(ModelConfig, payload["model_config"])
@@ -77,5 +77,5 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu"
         if isinstance(history_length, bool) or not isinstance(history_length, int) or history_length < 1:
             raise TypeError(f"history_length must be a positive integer, got {history_length!r}")
     except (KeyError, TypeError, ConfigError, RuntimeError) as err:
-        raise ValueError(f"{path}: damaged nerd checkpoint ({first_line(err)})") from err
+        raise UserError(f"{path}: damaged nerd checkpoint ({first_line(err)})") from err
     return model.to(device), signature, payload

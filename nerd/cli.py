@@ -7,13 +7,12 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from nerd.config import ConfigError
-from nerd.datasets.hdf5 import DatasetError
-from nerd.errors import RolloutDivergedError, first_line
+from nerd.errors import RolloutDivergedError, UserError, first_line
 
-# Errors caused by the user's input or a failed run, reported as one line; anything else is a bug and keeps
-# its traceback. (ConfigError and DatasetError are ValueErrors; FileNotFoundError/FileExistsError are OSErrors.)
-USER_ERRORS = (ValueError, OSError, ConfigError, DatasetError, RolloutDivergedError)
+# Errors caused by the user's input, the file system or a failed run, reported as one line; anything else, a
+# plain ValueError included, is a bug and keeps its traceback. ConfigError and DatasetError are UserErrors;
+# FileNotFoundError and FileExistsError are OSErrors.
+USER_ERRORS = (UserError, OSError, RolloutDivergedError)
 
 
 def add_common_args(parser: argparse.ArgumentParser, seed_default: int | None = 0) -> None:
@@ -36,10 +35,10 @@ def resolve_device(device: str) -> str:
 
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise ValueError(f"--device {device}: no CUDA device is available; use --device cpu")
+            raise UserError(f"--device {device}: no CUDA device is available; use --device cpu")
         return "cuda:0" if device == "cuda" else device
     if device != "cpu":
-        raise ValueError(f"--device must be 'cpu', 'cuda' or 'cuda:N', got '{device}'")
+        raise UserError(f"--device must be 'cpu', 'cuda' or 'cuda:N', got '{device}'")
     return device
 
 

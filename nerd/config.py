@@ -15,10 +15,12 @@ from typing import Any, TypeVar
 
 import yaml
 
+from nerd.errors import UserError
+
 T = TypeVar("T")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A configuration file or override is invalid; the message names the offending key."""
 
 

@@ -18,6 +18,7 @@ import torch
 from tqdm import tqdm
 
 from nerd.envs import make_env
+from nerd.errors import UserError
 from nerd.frames import quat_angle, quat_inverse, quat_mul, wrap_angle
 from nerd.modes import GROUND_TRUTH, NEURAL
 from nerd.neural_environment import NeuralEnvironment
@@ -74,9 +75,9 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
         ``error_vs_step`` (each metric averaged over trajectories, one value per step 1..H).
     """
     if num_envs < 1 or num_rollouts < 1 or horizon < 1:
-        raise ValueError("--num-envs, --num-rollouts and --rollout-horizon must be positive")
+        raise UserError("--num-envs, --num-rollouts and --rollout-horizon must be positive")
     if env_mode == NEURAL and model_path is None:
-        raise ValueError("--env-mode neural needs --model-path")
+        raise UserError("--env-mode neural needs --model-path")
     num_envs = min(num_envs, num_rollouts)
     env = make_env(env_name, num_envs, device=device, contact_config=contact_config)
     nenv = (NeuralEnvironment.from_checkpoint(env, model_path, env_mode=GROUND_TRUTH) if model_path

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from nerd.errors import UserError
 from nerd.representation import (
     StateLayout,
     anchor_pose,
@@ -91,9 +92,9 @@ class RobotSignature:
         if other == self:
             return
         if other.env_name != self.env_name:
-            raise ValueError(f"the {what} is for robot {self.env_name}, not {other.env_name}")
+            raise UserError(f"the {what} is for robot {self.env_name}, not {other.env_name}")
         diffs = [f"{k} {v} vs {getattr(other, k)}" for k, v in asdict(self).items() if getattr(other, k) != v]
-        raise ValueError(f"the {what}'s state/contact layout does not match the environment: {', '.join(diffs)}")
+        raise UserError(f"the {what}'s state/contact layout does not match the environment: {', '.join(diffs)}")
 
 
 def signature_of_env(env) -> RobotSignature:

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from nerd.datasets.hdf5 import TrajectoryWriter
 from nerd.envs import make_env
-from nerd.errors import RolloutDivergedError
+from nerd.errors import RolloutDivergedError, UserError
 from nerd.features import signature_of_env
 
 DIVERGED_THRESHOLD = 1.0e5
@@ -52,13 +52,13 @@ class GenerationConfig:
 
     def __post_init__(self) -> None:
         if self.num_transitions < 1:
-            raise ValueError(f"--num-transitions must be positive, got {self.num_transitions}")
+            raise UserError(f"--num-transitions must be positive, got {self.num_transitions}")
         if self.trajectory_length < 1:
-            raise ValueError(f"--trajectory-length must be positive, got {self.trajectory_length}")
+            raise UserError(f"--trajectory-length must be positive, got {self.trajectory_length}")
         if self.num_envs < 1:
-            raise ValueError(f"--num-envs must be positive, got {self.num_envs}")
+            raise UserError(f"--num-envs must be positive, got {self.num_envs}")
         if self.compression not in ("lzf", "gzip", None):
-            raise ValueError(f"--compression must be lzf, gzip or none, got {self.compression!r}")
+            raise UserError(f"--compression must be lzf, gzip or none, got {self.compression!r}")
 
 
 @dataclass

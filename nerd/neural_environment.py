@@ -16,6 +16,7 @@ import torch
 
 from nerd.checkpoint import load_checkpoint
 from nerd.envs.environment import Environment
+from nerd.errors import UserError
 from nerd.features import signature_of_env
 from nerd.integrator import NeRDIntegrator
 from nerd.models.nerd_model import NeRDModel
@@ -61,9 +62,9 @@ class NeuralEnvironment:
     def set_env_mode(self, env_mode: str) -> None:
         """Step with ``"neural"`` (NeRD) or ``"ground-truth"`` (the analytical solver) from now on."""
         if env_mode not in ENV_MODES:
-            raise ValueError(f"unknown env mode '{env_mode}'; valid modes: {', '.join(ENV_MODES)}")
+            raise UserError(f"unknown env mode '{env_mode}'; valid modes: {', '.join(ENV_MODES)}")
         if env_mode == NEURAL and self.integrator is None:
-            raise ValueError("neural mode needs a NeRD model; pass nerd_model or use from_checkpoint()")
+            raise UserError("neural mode needs a NeRD model; pass nerd_model or use from_checkpoint()")
         self.env_mode = env_mode
 
     def set_nan_check(self, enabled: bool) -> None:

@@ -9,6 +9,7 @@ fixed-size ground contacts (``contacts.py``) as a component; every other module 
 from __future__ import annotations
 
 from nerd.envs.environment import Environment
+from nerd.errors import UserError
 
 ENV_NAMES = ("Cartpole", "PendulumWithContact", "Ant")
 
@@ -23,7 +24,7 @@ def env_class(name: str) -> type[Environment]:
     elif name == "Ant":
         from nerd.envs.ant import Ant as cls
     else:
-        raise ValueError(f"unknown env name '{name}'; valid names: {', '.join(ENV_NAMES)}")
+        raise UserError(f"unknown env name '{name}'; valid names: {', '.join(ENV_NAMES)}")
     return cls
 
 
@@ -37,7 +38,7 @@ def make_env(name: str, num_envs: int, device: str = "cpu", solver: str | None =
     """
     cls = env_class(name)
     if contact_config is not None and not hasattr(cls, "ground_plane"):
-        raise ValueError(f"{name} has a single ground; --contact-config applies to PendulumWithContact only")
+        raise UserError(f"{name} has a single ground; --contact-config applies to PendulumWithContact only")
     env = cls(num_envs, device=device, solver=solver, use_graph=use_graph)
     if contact_config is not None:
         normal, point = cls.ground_plane(contact_config)

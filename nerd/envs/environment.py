@@ -23,6 +23,7 @@ import torch
 import warp as wp
 
 from nerd.envs.contacts import GroundContacts
+from nerd.errors import UserError
 
 SOLVERS: dict[str, Callable[[newton.Model], newton.solvers.SolverBase]] = {
     "featherstone": lambda model: newton.solvers.SolverFeatherstone(model),
@@ -70,10 +71,10 @@ class Environment:
 
     def __init__(self, num_envs: int, device: str = "cpu", solver: str | None = None, use_graph: bool = True):
         if num_envs < 1:
-            raise ValueError(f"num_envs must be at least 1, got {num_envs}")
+            raise UserError(f"num_envs must be at least 1, got {num_envs}")
         solver = solver or self.default_solver
         if solver not in SOLVERS:
-            raise ValueError(f"unknown solver '{solver}'; valid solvers: {', '.join(SOLVERS)}")
+            raise UserError(f"unknown solver '{solver}'; valid solvers: {', '.join(SOLVERS)}")
         self.num_envs = num_envs
         self.device = wp.get_device(device)
         self.torch_device = wp.device_to_torch(self.device)
@@ -93,7 +94,7 @@ class Environment:
             self.solver = SOLVERS[solver](self.model)
         except ImportError as err:
             # An optional backend (MuJoCo Warp) that this project does not install: a choice, not a bug.
-            raise ValueError(f"solver '{solver}' is not available in this install ({err}); use 'featherstone'") from err
+            raise UserError(f"solver '{solver}' is not available in this install ({err}); use 'featherstone'") from err
 
         self.state_0 = self.model.state()
         self.state_1 = self.model.state()

@@ -20,6 +20,7 @@ import torch
 import warp as wp
 
 from nerd.envs.environment import Environment, uniform
+from nerd.errors import UserError
 from nerd.frames import quat_from_euler_xyz, quat_rotate
 
 LINK_LENGTH = 1.5  # [m]
@@ -87,7 +88,7 @@ class PendulumWithContact(Environment):
     def ground_plane(config_id: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Normal (3,) and a point (3,) of ground configuration ``config_id``, world frame."""
         if config_id not in GROUND_CONFIGS:
-            raise ValueError(f"unknown contact config {config_id}; valid ids: {sorted(GROUND_CONFIGS)}")
+            raise UserError(f"unknown contact config {config_id}; valid ids: {sorted(GROUND_CONFIGS)}")
         offset, euler = GROUND_CONFIGS[config_id]
         normal = quat_rotate(quat_from_euler_xyz(torch.tensor(euler)), torch.tensor([0.0, 0.0, 1.0]))
         return normal, torch.tensor([0.0, 0.0, offset])

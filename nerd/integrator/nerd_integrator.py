@@ -27,7 +27,7 @@ import torch
 import warp as wp
 
 from nerd.envs.contacts import contact_features
-from nerd.errors import RolloutDivergedError
+from nerd.errors import RolloutDivergedError, UserError
 from nerd.features import RobotSignature, build_inputs
 from nerd.models.nerd_model import NeRDModel
 from nerd.representation import integrate_target
@@ -61,7 +61,7 @@ class NeRDIntegrator(newton.solvers.SolverBase):
         if nerd_model.input_groups != signature.input_groups or nerd_model.output_dim != signature.target_dim:
             raise ValueError(f"the NeRD model's inputs/outputs do not match the {signature.env_name} signature")
         if history_length < 1 or history_length > nerd_model.max_history > 1:
-            raise ValueError(f"history_length must lie in [1, {nerd_model.max_history}] (the model's context), "
+            raise UserError(f"history_length must lie in [1, {nerd_model.max_history}] (the model's context), "
                              f"got {history_length}")
         # Checked once here, so the per-step path runs without validation or host synchronisation.
         self.nerd_model = nerd_model

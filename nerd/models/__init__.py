@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
+from nerd.errors import UserError
 from nerd.models.mlp import MLPConfig, MLPModel
 from nerd.models.rnn import RNNConfig, RNNModel
 from nerd.models.transformer import TransformerConfig, TransformerModel
@@ -54,7 +55,7 @@ def build_backbone(cfg: ModelConfig, input_dim: int, output_dim: int) -> nn.Modu
         ValueError: If ``cfg.type`` is not a registered type.
     """
     if cfg.type not in MODEL_TYPES:
-        raise ValueError(f"Unknown model type '{cfg.type}'. Valid model types are: {sorted(MODEL_TYPES)}")
+        raise UserError(f"Unknown model type '{cfg.type}'. Valid model types are: {sorted(MODEL_TYPES)}")
     config_cls, model_cls = MODEL_TYPES[cfg.type]
     # The sub-config is the ModelConfig field of the type's config class, so a new backbone needs only
     # a registry entry and a field.

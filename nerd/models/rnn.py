@@ -8,6 +8,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from nerd.errors import UserError
 from nerd.models.mlp import build_mlp, check_tokens
 
 RNN_CELLS: dict[str, type[nn.RNNBase]] = {"gru": nn.GRU, "lstm": nn.LSTM}
@@ -53,7 +54,7 @@ class RNNModel(nn.Module):
         super().__init__()
         cfg = cfg or RNNConfig()
         if cfg.cell not in RNN_CELLS:
-            raise ValueError(f"Invalid RNN cell '{cfg.cell}'. Valid cells are: {sorted(RNN_CELLS)}")
+            raise UserError(f"Invalid RNN cell '{cfg.cell}'. Valid cells are: {sorted(RNN_CELLS)}")
         self.cell = cfg.cell
         self.input_dim = input_dim
         self.output_dim = output_dim

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from nerd.config import to_dict
+from nerd.errors import UserError
 from nerd.modes import GROUND_TRUTH, NEURAL, EnvMode
 from nerd.rl.config import load_rl_config
 from nerd.rl.runner import evaluate_policy, load_policy
@@ -57,9 +58,9 @@ def relative_gap(neural: float, gt: float) -> float | None:
 def batch_evaluate(cfg: PolicyEvalConfig, device: str = "cpu", progress: bool = True) -> dict[str, Any]:
     """Evaluate every checkpoint in every simulator; returns the JSON-ready table (see :func:`format_markdown`)."""
     if not cfg.checkpoints:
-        raise ValueError("the eval config lists no checkpoints")
+        raise UserError("the eval config lists no checkpoints")
     if not cfg.simulators:
-        raise ValueError("the eval config lists no simulators")
+        raise UserError("the eval config lists no simulators")
     for path in cfg.checkpoints:
         if not Path(path).is_file():
             raise FileNotFoundError(f"policy checkpoint not found: {path}")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nerd.config import ConfigError, load_config, to_dict
+from nerd.errors import UserError
 from nerd.modes import NEURAL, EnvMode
 
 RL_GAMES_ENV_NAME = "nerd"
@@ -82,7 +83,7 @@ def with_num_envs(cfg: RLConfig, num_envs: int) -> RLConfig:
     the optimisation schedule (gradient steps per epoch) of the file.
     """
     if num_envs < 1:
-        raise ValueError(f"--num-envs must be positive, got {num_envs}")
+        raise UserError(f"--num-envs must be positive, got {num_envs}")
     cfg = copy.deepcopy(cfg)
     config = cfg.params["config"]
     horizon = config["horizon_length"]

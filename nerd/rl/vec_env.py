@@ -24,6 +24,7 @@ from rl_games.common.ivecenv import IVecEnv
 
 from nerd.config import from_dict
 from nerd.envs import make_env
+from nerd.errors import UserError
 from nerd.modes import GROUND_TRUTH, NEURAL
 from nerd.neural_environment import NeuralEnvironment
 from nerd.rl.config import RL_GAMES_ENV_NAME, RL_GAMES_VECENV_TYPE, RLEnvConfig
@@ -127,10 +128,10 @@ def check_env_config(cfg: RLEnvConfig) -> type[Task]:
     """
     cls = task_class(cfg.robot, cfg.task)
     if cfg.num_envs < 1:
-        raise ValueError(f"num_envs must be positive, got {cfg.num_envs}")
+        raise UserError(f"num_envs must be positive, got {cfg.num_envs}")
     if cfg.env_mode == NEURAL:
         if not cfg.nerd_model_path:
-            raise ValueError("neural mode needs a NeRD model: pass --nerd-model-path (or set env.nerd_model_path), "
+            raise UserError("neural mode needs a NeRD model: pass --nerd-model-path (or set env.nerd_model_path), "
                              "or use --env-mode ground-truth")
         if not Path(cfg.nerd_model_path).is_file():
             raise FileNotFoundError(f"NeRD model not found: {cfg.nerd_model_path}")
@@ -156,7 +157,7 @@ def _create_from_env_config(num_actors: int | None = None, **env_config) -> NeRD
     """rl-games' creator: ``env_config`` is ``{"env": RLEnvConfig as a dict, "device": str, "seed": int}``."""
     cfg = from_dict(RLEnvConfig, env_config["env"], prefix="env")
     if num_actors is not None and num_actors != cfg.num_envs:
-        raise ValueError(f"rl-games asks for {num_actors} actors but the env config has {cfg.num_envs} envs")
+        raise UserError(f"rl-games asks for {num_actors} actors but the env config has {cfg.num_envs} envs")
     return make_vec_env(cfg, env_config.get("device", "cpu"), env_config.get("seed", 0))
 
 
