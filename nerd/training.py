@@ -18,8 +18,9 @@ import yaml
 from tqdm import tqdm
 
 from nerd.checkpoint import load_checkpoint, save_checkpoint
-from nerd.config import to_dict
+from nerd.config import ConfigError, to_dict
 from nerd.datasets.windows import TrajectoryWindows
+from nerd.errors import UserError
 from nerd.models import ModelConfig
 from nerd.models.nerd_model import NeRDModel
 from nerd.modes import NEURAL
@@ -64,7 +65,8 @@ class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     """Backbone type and sizes."""
     history_length: int = 10
-    """Window length H: tokens of history the model sees."""
+    """Window length H: tokens of history the model sees (at most the transformer's ``block_size``); stored in
+    every checkpoint, and the integrator keeps that many tokens."""
     batch_size: int = 512
     """Windows per optimiser step."""
     num_epochs: int = 10
@@ -81,6 +83,16 @@ class TrainConfig:
     """Gradient-norm clip."""
     rollout_eval: RolloutEvalConfig = field(default_factory=RolloutEvalConfig)
     """Per-epoch passive rollout check."""
+
+    def __post_init__(self) -> None:
+        # Checked when the config loads, not clamped later: a history the model cannot see is a config error.
+        if self.history_length < 1:
+            raise ConfigError(f"config key 'history_length': must be positive, got {self.history_length}")
+        block_size = self.model.transformer.block_size
+        if self.model.type == "transformer" and self.history_length > block_size:
+            raise ConfigError(f"config key 'history_length': {self.history_length} exceeds "
+                              f"model.transformer.block_size {block_size}, the transformer's context; "
+                              "shorten the history or enlarge block_size")
 
 
 def get_lr(step: int, total_steps: int, lr_start: float, lr_end: float) -> float:
@@ -117,7 +129,7 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
     sig = train_data.signature
     for name, data in (("training", train_data), ("validation", valid_data)):
         if data.signature.env_name != cfg.env_name:
-            raise ValueError(
+            raise UserError(
                 f"the {name} dataset is for {data.signature.env_name}, but the config trains {cfg.env_name}")
     valid_data.signature.check_compatible(sig, what="validation dataset")
 

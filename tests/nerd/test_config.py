@@ -27,6 +27,8 @@ def test_shipped_configs_load(tmp_path):
     ({"env_name": "Cartpole", "lr_start": True}, "'lr_start': expected a number"),
     ({"env_name": "Cartpole", "model": {"mlp": {"activation": "swish"}}}, "'model.mlp.activation': expected one of"),
     ({"batch_size": 3}, "missing required config key 'env_name'"),
+    ({"env_name": "Cartpole", "history_length": 17, "model": {"transformer": {"block_size": 16}}},
+     "'history_length': 17 exceeds model.transformer.block_size 16"),
 ])
 def test_invalid_configs_name_the_key(data, message):
     """Unknown keys, wrong types, invalid choices and missing keys raise ConfigError naming the dotted key."""

@@ -160,3 +160,11 @@ def test_reset_forgets_non_finite_tokens_of_the_old_episode():
     nenv.set_env_mode("neural")
     nenv.step(torch.zeros(2, 1))
     assert torch.isfinite(nenv.get_states()[1]).all()
+
+
+def test_history_longer_than_the_model_context_is_refused():
+    """A history longer than the transformer's block_size is an error, not silently clamped."""
+    env = make_env("Cartpole", 1)
+    sig = signature_of_env(env)
+    with pytest.raises(ValueError, match=r"history_length must lie in \[1, 16\]"):
+        NeuralEnvironment(env, NeRDModel(sig.input_groups, sig.target_dim, TINY), history_length=17)

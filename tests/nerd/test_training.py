@@ -51,6 +51,7 @@ def test_checkpoint_round_trip_is_safe_and_exact(pendulum_run, tmp_path):
     model, sig, payload = load_checkpoint(root / "logs/nn/last.pt")
     raw = torch.load(root / "logs/nn/last.pt", weights_only=True)
     assert raw["signature"]["env_name"] == "PendulumWithContact" and payload["epoch"] == 1
+    assert raw["history_length"] == 10  # a field of its own, not only inside the training config
     inputs = {name: torch.randn(3, 5, w) for name, w in sig.input_groups.items()}
     path = save_checkpoint(tmp_path / "copy.pt", model, sig, payload["config"],
                            history_length=payload["history_length"])
