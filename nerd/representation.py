@@ -94,11 +94,6 @@ class StateLayout:
         """Width of a state vector, ``dof_q + dof_qd``."""
         return self.dof_q + self.dof_qd
 
-    @property
-    def uses_base_frame(self) -> bool:
-        """Whether the floating base pose and twist are re-expressed in an anchor (floating, body frame)."""
-        return self.floating_base and self.states_frame == "body"
-
 
 def target_dim(layout: StateLayout) -> int:
     """Width ``P`` of the relative target: ``dof_q + dof_qd`` for every layout.
