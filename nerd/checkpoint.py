@@ -67,7 +67,11 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu"
         raise UserError(f"{path} is not a nerd checkpoint (expected format '{CHECKPOINT_FORMAT}')")
     try:
         signature = RobotSignature.from_dict(payload["signature"])
-        model_cfg = from_dict(ModelConfig, payload["model_config"])
+        model_config = dict(payload["model_config"])
+        if isinstance(model_config.get("rnn"), dict):
+            # Files written before model.type alone chose the recurrent cell also stored a redundant rnn.cell.
+            model_config["rnn"] = {k: v for k, v in model_config["rnn"].items() if k != "cell"}
+        model_cfg = from_dict(ModelConfig, model_config)
         model = NeRDModel(signature.input_groups, signature.target_dim, model_cfg)
         model.load_state_dict(payload["model_state"])
         # Files written before history_length was a field of its own state it in their training config only.

@@ -37,7 +37,7 @@ class ModelConfig:
     mlp: MLPConfig = field(default_factory=MLPConfig)
     """Options used when ``type`` is ``mlp``."""
     rnn: RNNConfig = field(default_factory=RNNConfig)
-    """Options used when ``type`` is ``gru`` or ``lstm`` (the type fixes the cell)."""
+    """Options used when ``type`` is ``gru`` or ``lstm`` (the type is the cell: one knob, no ``rnn.cell``)."""
 
 
 def build_backbone(cfg: ModelConfig, input_dim: int, output_dim: int) -> nn.Module:
@@ -63,8 +63,7 @@ def build_backbone(cfg: ModelConfig, input_dim: int, output_dim: int) -> nn.Modu
         getattr(cfg, f.name) for f in dataclasses.fields(cfg) if isinstance(getattr(cfg, f.name), config_cls)
     )
     if model_cls is RNNModel:
-        # Copy rather than assign so the caller's config is never mutated.
-        sub_cfg = dataclasses.replace(sub_cfg, cell=cfg.type)
+        return RNNModel(input_dim, output_dim, sub_cfg, cell=cfg.type)
     return model_cls(input_dim, output_dim, sub_cfg)
 
 

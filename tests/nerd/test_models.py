@@ -140,9 +140,10 @@ def test_transformer_release_parameter_count():
 def test_model_config_from_dict_selects_rnn_cell():
     """A YAML-style mapping builds a ModelConfig whose type fixes the RNN cell without mutating it."""
     cfg = from_dict(ModelConfig, {"type": "lstm", "rnn": {"hidden_size": 8, "num_layers": 1}})
+    before = dataclasses.replace(cfg, rnn=dataclasses.replace(cfg.rnn))
     model = build_backbone(cfg, input_dim=5, output_dim=3)
     assert isinstance(model.rnn, torch.nn.LSTM) and model.rnn.hidden_size == 8
-    assert cfg.rnn.cell == "gru"  # the caller's config is untouched
+    assert cfg == before  # the caller's config is untouched
     gru = build_backbone(dataclasses.replace(cfg, type="gru"), input_dim=5, output_dim=3)
     assert isinstance(gru.rnn, torch.nn.GRU)
 
