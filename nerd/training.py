@@ -120,8 +120,6 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
     """
     from torch.utils.tensorboard import SummaryWriter
 
-    from nerd.evaluation import evaluate_passive
-
     torch.manual_seed(seed)
     logdir = Path(logdir)
     train_data = TrajectoryWindows(cfg.dataset.train, cfg.history_length, device, cfg.dataset.max_train_trajectories)
@@ -132,25 +130,7 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
             raise UserError(
                 f"the {name} dataset is for {data.signature.env_name}, but the config trains {cfg.env_name}")
     valid_data.signature.check_compatible(sig, what="validation dataset")
-
-    start_epoch = 0
-    optimizer_state = None
-    best_valid = float("inf")
-    if checkpoint is not None:
-        model, ckpt_sig, payload = load_checkpoint(checkpoint, device)
-        ckpt_sig.check_compatible(sig, what="checkpoint")
-        if Path(payload["config"]["dataset"]["train"]).resolve() == Path(cfg.dataset.train).resolve():
-            start_epoch, optimizer_state = payload["epoch"] + 1, payload["optimizer_state"]
-            best_valid = _previous_best(Path(checkpoint).parent / "best.pt", logdir / "nn" / "best.pt")
-    else:
-        model = NeRDModel(sig.input_groups, sig.target_dim, cfg.model).to(device)
-        # Statistics of every step of the training set, computed once.
-        inputs = {k: v.flatten(0, 1) for k, v in train_data.inputs.items()}
-        model.update_statistics(inputs, train_data.targets.flatten(0, 1))
-    model.train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr_start)
-    if optimizer_state is not None:
-        optimizer.load_state_dict(optimizer_state)
+    model, optimizer, start_epoch, best_valid = _init_or_resume(cfg, train_data, logdir, device, checkpoint)
 
     logdir.mkdir(parents=True, exist_ok=True)
     config_dict = to_dict(cfg)
@@ -160,45 +140,17 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
 
     batches = len(range(0, len(train_data), cfg.batch_size))
     steps_per_epoch = min(batches, cfg.batches_per_epoch or batches)
-    total_steps = steps_per_epoch * cfg.num_epochs
     best_path, last_path = logdir / "nn" / "best.pt", logdir / "nn" / "last.pt"
     history: list[dict[str, float]] = []
     started = time.perf_counter()
-    step = start_epoch * steps_per_epoch
     for epoch in range(start_epoch, cfg.num_epochs):
-        epoch_start, losses = time.perf_counter(), []
-        # One shuffle per (seed, epoch): a resumed run sees the orders it would have seen uninterrupted.
-        generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-        bar = tqdm(train_data.iterate(cfg.batch_size, generator, steps_per_epoch), total=steps_per_epoch,
-                   desc=f"epoch {epoch}", disable=not progress)
-        for inputs, target in bar:
-            lr = get_lr(step, total_steps, cfg.lr_start, cfg.lr_end)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            loss = model.loss(inputs, target)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            optimizer.step()
-            losses.append(loss.item())
-            if step % 50 == 0:
-                writer.add_scalar("losses/train", loss.item(), step)
-                writer.add_scalar("losses/grad_norm", grad_norm.item(), step)
-                writer.add_scalar("perf/lr", lr, step)
-                bar.set_postfix(loss=f"{loss.item():.4g}")
-            step += 1
+        epoch_start = time.perf_counter()
+        losses = _train_epoch(model, optimizer, cfg, train_data, epoch, steps_per_epoch, seed, writer, progress)
         epoch_seconds = time.perf_counter() - epoch_start
         valid = validation_loss(model, valid_data, cfg.batch_size, cfg.valid_batches, seed + 1)
         save_checkpoint(last_path, model, sig, config_dict, history_length=cfg.history_length, epoch=epoch,
                         optimizer=optimizer)
-        ckpt_metrics = {}
-        if cfg.rollout_eval.num_envs > 0:
-            ckpt_metrics = evaluate_passive(
-                cfg.env_name, str(last_path), NEURAL, cfg.rollout_eval.num_envs, cfg.rollout_eval.num_envs,
-                cfg.rollout_eval.horizon, cfg.rollout_eval.seed, device=device, progress=False,
-            )["metrics"]
-            for name, value in ckpt_metrics.items():
-                writer.add_scalar(f"eval/{name}", value, epoch)
+        ckpt_metrics = _evaluate_epoch(cfg, last_path, epoch, device, writer)
         writer.add_scalar("losses/valid", valid, epoch)
         writer.add_scalar("perf/windows_per_second", len(losses) * cfg.batch_size / epoch_seconds, epoch)
         record = {"epoch": epoch, "train_loss": sum(losses) / max(len(losses), 1), "valid_loss": valid,
@@ -215,6 +167,77 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
                "train_windows": len(train_data), "parameters": sum(p.numel() for p in model.parameters())}
     write_text_atomic(logdir / "summary.yaml", yaml.safe_dump(summary, sort_keys=False))
     return summary
+
+
+def _init_or_resume(cfg: TrainConfig, train_data: TrajectoryWindows, logdir: Path, device: str,
+                    checkpoint: str | Path | None) -> tuple[NeRDModel, torch.optim.Optimizer, int, float]:
+    """A fresh model (statistics of the training set), a resumed run or a fine-tuned one.
+
+    Returns:
+        (model in train mode, its Adam optimiser, first epoch to run, best validation loss so far).
+    """
+    sig = train_data.signature
+    start_epoch, optimizer_state, best_valid = 0, None, float("inf")
+    if checkpoint is not None:
+        model, ckpt_sig, payload = load_checkpoint(checkpoint, device)
+        ckpt_sig.check_compatible(sig, what="checkpoint")
+        if Path(payload["config"]["dataset"]["train"]).resolve() == Path(cfg.dataset.train).resolve():
+            start_epoch, optimizer_state = payload["epoch"] + 1, payload["optimizer_state"]
+            best_valid = _previous_best(Path(checkpoint).parent / "best.pt", logdir / "nn" / "best.pt")
+    else:
+        model = NeRDModel(sig.input_groups, sig.target_dim, cfg.model).to(device)
+        # Statistics of every step of the training set, computed once.
+        inputs = {k: v.flatten(0, 1) for k, v in train_data.inputs.items()}
+        model.update_statistics(inputs, train_data.targets.flatten(0, 1))
+    model.train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr_start)
+    if optimizer_state is not None:
+        optimizer.load_state_dict(optimizer_state)
+    return model, optimizer, start_epoch, best_valid
+
+
+def _train_epoch(model: NeRDModel, optimizer: torch.optim.Optimizer, cfg: TrainConfig, train_data: TrajectoryWindows,
+                 epoch: int, steps_per_epoch: int, seed: int, writer, progress: bool) -> list[float]:
+    """One epoch of batch -> loss -> backward -> clip -> Adam step; returns the batch losses."""
+    total_steps = steps_per_epoch * cfg.num_epochs
+    step = epoch * steps_per_epoch
+    losses = []
+    # One shuffle per (seed, epoch): a resumed run sees the orders it would have seen uninterrupted.
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    bar = tqdm(train_data.iterate(cfg.batch_size, generator, steps_per_epoch), total=steps_per_epoch,
+               desc=f"epoch {epoch}", disable=not progress)
+    for inputs, target in bar:
+        lr = get_lr(step, total_steps, cfg.lr_start, cfg.lr_end)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        loss = model.loss(inputs, target)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        losses.append(loss.item())
+        if step % 50 == 0:
+            writer.add_scalar("losses/train", loss.item(), step)
+            writer.add_scalar("losses/grad_norm", grad_norm.item(), step)
+            writer.add_scalar("perf/lr", lr, step)
+            bar.set_postfix(loss=f"{loss.item():.4g}")
+        step += 1
+    return losses
+
+
+def _evaluate_epoch(cfg: TrainConfig, checkpoint: Path, epoch: int, device: str, writer) -> dict[str, float]:
+    """The end-of-epoch passive rollout of ``checkpoint`` against the ground truth (empty when switched off)."""
+    if cfg.rollout_eval.num_envs <= 0:
+        return {}
+    from nerd.evaluation import evaluate_passive
+
+    metrics = evaluate_passive(
+        cfg.env_name, str(checkpoint), NEURAL, cfg.rollout_eval.num_envs, cfg.rollout_eval.num_envs,
+        cfg.rollout_eval.horizon, cfg.rollout_eval.seed, device=device, progress=False,
+    )["metrics"]
+    for name, value in metrics.items():
+        writer.add_scalar(f"eval/{name}", value, epoch)
+    return metrics
 
 
 def _previous_best(source: Path, target: Path) -> float:
