@@ -1,7 +1,8 @@
 """Newton robot environments, one module per robot, and the registry that builds them by name.
 
-Layering: this package sits on the engine (Newton/Warp) and on :mod:`nerd.frames` only; the rest of ``nerd``
-(features, integrator, neural environment, generation, training, RL) builds on it, never the other way round.
+Layering: this package sits on the engine (Newton/Warp), :mod:`nerd.frames` and :mod:`nerd.errors` only; the
+rest of ``nerd`` (features, integrator, neural environment, generation, training, RL) builds on it, never the
+other way round.
 ``environment.py`` is the shared base (N copies, captured frame graph, state/torque tensors) with its
 fixed-size ground contacts (``contacts.py``) as a component; every other module describes one robot.
 """
