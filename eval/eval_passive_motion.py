@@ -9,9 +9,9 @@ Example:
 import argparse
 from pathlib import Path
 
-from nerd.cli import add_common_args, check_output, resolve_device, run_main
+from nerd.cli import add_common_args, add_mass_matrix_refresh_arg, check_output, resolve_device, run_main
 from nerd.envs import ENV_NAMES, env_class
-from nerd.evaluation import evaluate_passive, format_config_table, format_results, write_results
+from nerd.evaluation import INITIAL_STATES, evaluate_passive, format_config_table, format_results, write_results
 from nerd.modes import ENV_MODES, NEURAL
 
 
@@ -25,6 +25,10 @@ def main() -> None:
     parser.add_argument("--rollout-horizon", type=int, default=100)
     parser.add_argument("--contact-config", type=int, nargs="+", default=None,
                         help="pendulum ground configuration(s) 0-6; several give one table over them")
+    parser.add_argument("--initial-states", choices=INITIAL_STATES, default="data",
+                        help="'data': the data-generation sampler, the release's protocol (default); "
+                             "'task': the robot's task reset distribution")
+    add_mass_matrix_refresh_arg(parser)
     parser.add_argument("--output", default=None, help="results JSON (a PNG of error vs step is written beside it)")
     add_common_args(parser, seed_default=500)
     args = parser.parse_args()
@@ -36,7 +40,8 @@ def main() -> None:
     configs = args.contact_config or [None]
     runs = [
         evaluate_passive(args.env_name, args.model_path, args.env_mode, args.num_envs, args.num_rollouts,
-                         args.rollout_horizon, args.seed, config, resolve_device(args.device))
+                         args.rollout_horizon, args.seed, config, resolve_device(args.device),
+                         initial_states=args.initial_states, mass_matrix_refresh=args.mass_matrix_refresh)
         for config in configs
     ]
     for results in runs:

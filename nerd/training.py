@@ -2,7 +2,7 @@
 
 batch -> normalised MSE over every causal position -> backward -> clip -> Adam step, with a linear learning-
 rate decay; after every epoch a validation loss, a short passive rollout against the ground truth, TensorBoard
-scalars and checkpoints (``nn/last.pt`` and ``nn/best.pt`` by validation loss) in the run directory.
+scalars and checkpoints (``nn/last.pt``, and ``nn/best.pt`` by rollout error or validation loss) in the run directory.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import yaml
@@ -83,6 +83,21 @@ class TrainConfig:
     """Gradient-norm clip."""
     rollout_eval: RolloutEvalConfig = field(default_factory=RolloutEvalConfig)
     """Per-epoch passive rollout check."""
+    time_budget_minutes: float | None = None
+    """Stop once batch gathering and optimiser steps (evaluation excluded) have used this much CPU time of this
+    process (summed over its threads, so other jobs on the machine do not eat into it), at most ``num_epochs``
+    epochs; the learning rate then decays over the budget instead of over the steps. For comparing recipes at
+    equal compute; a run with a budget is not bit-reproducible. None trains for ``num_epochs``."""
+    input_noise: float = 0.0
+    """Std of Gaussian noise added to the state inputs of every history step during training, as a fraction of
+    each coordinate's data std (0 = off). The targets are corrected by the same noise, so the model learns to
+    steer a perturbed state back to the true next state: the state-noise trick of learned particle simulators,
+    which trades one-step accuracy for rollout stability. Only coordinates whose target is a plain difference
+    are perturbed (not a floating base's own pose, which is the anchor)."""
+    best_checkpoint_by: Literal["rollout", "valid_loss"] = "rollout"
+    """What ``nn/best.pt`` minimises: ``"rollout"`` the sum of the per-epoch rollout's error metrics (what a NeRD
+    model is for; the one-step loss can fall while the rollout error grows), or ``"valid_loss"`` the one-step
+    validation loss."""
 
     def __post_init__(self) -> None:
         # Checked when the config loads, not clamped later: a history the model cannot see is a config error.
@@ -93,6 +108,29 @@ class TrainConfig:
             raise ConfigError(f"config key 'history_length': {self.history_length} exceeds "
                               f"model.transformer.block_size {block_size}, the transformer's context; "
                               "shorten the history or enlarge block_size")
+
+
+def noisy_state_columns(layout) -> torch.Tensor:
+    """State columns whose target is ``next - current`` in the same frame: every column without a floating base;
+    with one, all but the base position and orientation (identity in their own anchor frame)."""
+    columns = torch.arange(layout.dof_q + layout.dof_qd)
+    return columns[7:] if layout.floating_base else columns
+
+
+def add_state_noise(inputs: dict[str, torch.Tensor], target: torch.Tensor, columns: torch.Tensor, std: torch.Tensor,
+                    generator: torch.Generator | None = None) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Perturb the ``states`` inputs (B, H, S) at ``columns`` by N(0, std) and correct the targets (B, H, P).
+
+    A target column equals the state column it integrates (``compute_target``), so a perturbation ``e`` of the
+    input at step t makes ``target_t - e`` the step that lands on the true state t + 1.
+    """
+    states = inputs["states"]
+    noise = torch.randn(states.shape[:-1] + (len(columns),), generator=generator, dtype=states.dtype) * std
+    noise = noise.to(states.device)
+    states, target = states.clone(), target.clone()
+    states[..., columns] += noise
+    target[..., columns] -= noise
+    return {**inputs, "states": states}, target
 
 
 def get_lr(step: int, total_steps: int, lr_start: float, lr_end: float) -> float:
@@ -113,7 +151,7 @@ def validation_loss(model: NeRDModel, data: TrajectoryWindows, batch_size: int, 
 
 def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int = 0,
           checkpoint: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
-    """Train a NeRD model; returns a summary (best validation loss, checkpoint paths, time).
+    """Train a NeRD model; returns a summary (best checkpoint score, checkpoint paths, time).
 
     ``checkpoint``: resume that run (same training file: its weights, optimiser and epoch) or fine-tune it on a
     new training file (its weights and normalisation statistics, a fresh optimiser, from epoch 0).
@@ -130,7 +168,9 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
             raise UserError(
                 f"the {name} dataset is for {data.signature.env_name}, but the config trains {cfg.env_name}")
     valid_data.signature.check_compatible(sig, what="validation dataset")
-    model, optimizer, start_epoch, best_valid = _init_or_resume(cfg, train_data, logdir, device, checkpoint)
+    if cfg.best_checkpoint_by == "rollout" and cfg.rollout_eval.num_envs < 1:
+        raise UserError("best_checkpoint_by: rollout needs rollout_eval.num_envs > 0; set it or use valid_loss")
+    model, optimizer, start_epoch, best_score = _init_or_resume(cfg, train_data, logdir, device, checkpoint)
 
     logdir.mkdir(parents=True, exist_ok=True)
     config_dict = to_dict(cfg)
@@ -141,11 +181,18 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
     batches = len(range(0, len(train_data), cfg.batch_size))
     steps_per_epoch = min(batches, cfg.batches_per_epoch or batches)
     best_path, last_path = logdir / "nn" / "best.pt", logdir / "nn" / "last.pt"
+    noise_columns = noisy_state_columns(sig.layout)
+    noise_std = (cfg.input_noise * model.input_norms["states"].var.sqrt().float().cpu())[noise_columns]
     history: list[dict[str, float]] = []
     started = time.perf_counter()
+    run = _Progress(step=start_epoch * steps_per_epoch,
+                    budget=cfg.time_budget_minutes * 60.0 if cfg.time_budget_minutes else None)
     for epoch in range(start_epoch, cfg.num_epochs):
+        if run.budget_spent:
+            break
         epoch_start = time.perf_counter()
-        losses = _train_epoch(model, optimizer, cfg, train_data, epoch, steps_per_epoch, seed, writer, progress)
+        losses = _train_epoch(model, optimizer, cfg, train_data, epoch, steps_per_epoch, seed, run,
+                              (noise_columns, noise_std), writer, progress)
         epoch_seconds = time.perf_counter() - epoch_start
         valid = validation_loss(model, valid_data, cfg.batch_size, cfg.valid_batches, seed + 1)
         save_checkpoint(last_path, model, sig, config_dict, history_length=cfg.history_length, epoch=epoch,
@@ -157,16 +204,38 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
                   "epoch_seconds": epoch_seconds, **ckpt_metrics}
         history.append(record)
         print(" ".join(f"{k} {v:.5g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()), flush=True)
-        if valid < best_valid:
-            best_valid = valid
+        score = valid if cfg.best_checkpoint_by == "valid_loss" else sum(ckpt_metrics.values())
+        if score < best_score:
+            best_score = score
             save_checkpoint(best_path, model, sig, config_dict, history_length=cfg.history_length, epoch=epoch,
-                            extra={"valid_loss": valid, **ckpt_metrics})
+                            extra={"valid_loss": valid, **ckpt_metrics, "best_checkpoint_by": cfg.best_checkpoint_by,
+                                   "best_score": score})
     writer.close()
-    summary = {"best_valid_loss": best_valid, "best_checkpoint": str(best_path), "last_checkpoint": str(last_path),
+    summary = {"optimizer_steps": run.step, "windows_seen": run.step * cfg.batch_size, "step_seconds": run.seconds,
+               "best_checkpoint_by": cfg.best_checkpoint_by, "best_score": best_score,
+               "best_valid_loss": min((r["valid_loss"] for r in history), default=float("nan")),
+               "best_checkpoint": str(best_path), "last_checkpoint": str(last_path),
                "train_seconds": time.perf_counter() - started, "epochs": history,
                "train_windows": len(train_data), "parameters": sum(p.numel() for p in model.parameters())}
     write_text_atomic(logdir / "summary.yaml", yaml.safe_dump(summary, sort_keys=False))
     return summary
+
+
+@dataclass
+class _Progress:
+    """Optimiser steps taken and the CPU time they used, against the optional time budget."""
+
+    step: int
+    """Optimiser steps so far (a resumed run starts at its epoch's first step)."""
+    budget: float | None = None
+    """``time_budget_minutes`` in seconds, or None."""
+    seconds: float = 0.0
+    """CPU time of batch gathering and optimiser steps so far (this process): what the budget counts."""
+
+    @property
+    def budget_spent(self) -> bool:
+        """Whether a budget is set and used up."""
+        return self.budget is not None and self.seconds >= self.budget
 
 
 def _init_or_resume(cfg: TrainConfig, train_data: TrajectoryWindows, logdir: Path, device: str,
@@ -174,16 +243,17 @@ def _init_or_resume(cfg: TrainConfig, train_data: TrajectoryWindows, logdir: Pat
     """A fresh model (statistics of the training set), a resumed run or a fine-tuned one.
 
     Returns:
-        (model in train mode, its Adam optimiser, first epoch to run, best validation loss so far).
+        (model in train mode, its Adam optimiser, first epoch to run, best checkpoint score so far).
     """
     sig = train_data.signature
-    start_epoch, optimizer_state, best_valid = 0, None, float("inf")
+    start_epoch, optimizer_state, best_score = 0, None, float("inf")
     if checkpoint is not None:
         model, ckpt_sig, payload = load_checkpoint(checkpoint, device)
         ckpt_sig.check_compatible(sig, what="checkpoint")
         if Path(payload["config"]["dataset"]["train"]).resolve() == Path(cfg.dataset.train).resolve():
             start_epoch, optimizer_state = payload["epoch"] + 1, payload["optimizer_state"]
-            best_valid = _previous_best(Path(checkpoint).parent / "best.pt", logdir / "nn" / "best.pt")
+            best_score = _previous_best(Path(checkpoint).parent / "best.pt", logdir / "nn" / "best.pt",
+                                        cfg.best_checkpoint_by)
     else:
         model = NeRDModel(sig.input_groups, sig.target_dim, cfg.model).to(device)
         # Statistics of every step of the training set, computed once.
@@ -193,21 +263,33 @@ def _init_or_resume(cfg: TrainConfig, train_data: TrajectoryWindows, logdir: Pat
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr_start)
     if optimizer_state is not None:
         optimizer.load_state_dict(optimizer_state)
-    return model, optimizer, start_epoch, best_valid
+    return model, optimizer, start_epoch, best_score
 
 
 def _train_epoch(model: NeRDModel, optimizer: torch.optim.Optimizer, cfg: TrainConfig, train_data: TrajectoryWindows,
-                 epoch: int, steps_per_epoch: int, seed: int, writer, progress: bool) -> list[float]:
-    """One epoch of batch -> loss -> backward -> clip -> Adam step; returns the batch losses."""
+                 epoch: int, steps_per_epoch: int, seed: int, run: _Progress,
+                 noise: tuple[torch.Tensor, torch.Tensor], writer, progress: bool) -> list[float]:
+    """One epoch of batch -> (state noise) -> loss -> backward -> clip -> Adam step; returns the batch losses.
+
+    Advances ``run`` (steps, CPU seconds) and stops early once its budget is spent.
+    """
     total_steps = steps_per_epoch * cfg.num_epochs
-    step = epoch * steps_per_epoch
+    noise_columns, noise_std = noise
     losses = []
     # One shuffle per (seed, epoch): a resumed run sees the orders it would have seen uninterrupted.
     generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
     bar = tqdm(train_data.iterate(cfg.batch_size, generator, steps_per_epoch), total=steps_per_epoch,
                desc=f"epoch {epoch}", disable=not progress)
+    tick = time.process_time()
     for inputs, target in bar:
-        lr = get_lr(step, total_steps, cfg.lr_start, cfg.lr_end)
+        if cfg.input_noise > 0:
+            inputs, target = add_state_noise(inputs, target, noise_columns, noise_std, generator)
+        if run.budget is not None:
+            if run.budget_spent:
+                break
+            lr = cfg.lr_start + min(run.seconds / run.budget, 1.0) * (cfg.lr_end - cfg.lr_start)
+        else:
+            lr = get_lr(run.step, total_steps, cfg.lr_start, cfg.lr_end)
         for group in optimizer.param_groups:
             group["lr"] = lr
         loss = model.loss(inputs, target)
@@ -216,12 +298,13 @@ def _train_epoch(model: NeRDModel, optimizer: torch.optim.Optimizer, cfg: TrainC
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
         losses.append(loss.item())
-        if step % 50 == 0:
-            writer.add_scalar("losses/train", loss.item(), step)
-            writer.add_scalar("losses/grad_norm", grad_norm.item(), step)
-            writer.add_scalar("perf/lr", lr, step)
+        run.seconds, tick = run.seconds + time.process_time() - tick, time.process_time()
+        if run.step % 50 == 0:
+            writer.add_scalar("losses/train", loss.item(), run.step)
+            writer.add_scalar("losses/grad_norm", grad_norm.item(), run.step)
+            writer.add_scalar("perf/lr", lr, run.step)
             bar.set_postfix(loss=f"{loss.item():.4g}")
-        step += 1
+        run.step += 1
     return losses
 
 
@@ -240,12 +323,18 @@ def _evaluate_epoch(cfg: TrainConfig, checkpoint: Path, epoch: int, device: str,
     return metrics
 
 
-def _previous_best(source: Path, target: Path) -> float:
-    """Validation loss of a resumed run's best checkpoint, copied into the new run directory if it is elsewhere."""
+def _previous_best(source: Path, target: Path, best_checkpoint_by: str) -> float:
+    """Score of a resumed run's best checkpoint, copied into the new run directory if it is elsewhere.
+
+    A best checkpoint chosen by another criterion scores inf, so the resumed run replaces it.
+    """
     if not source.is_file():
         return float("inf")
     if source.resolve() != target.resolve():
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)
     extra = torch.load(source, map_location="cpu", weights_only=True).get("extra", {})
-    return float(extra.get("valid_loss", float("inf")))
+    # Checkpoints written before the choice existed were selected by validation loss.
+    if extra.get("best_checkpoint_by", "valid_loss") != best_checkpoint_by:
+        return float("inf")
+    return float(extra.get("best_score", extra.get("valid_loss", float("inf"))))
