@@ -1,4 +1,4 @@
-"""Install nerd (the library) and envs (its Newton environments)."""
+"""Install nerd, the library (its Newton environments are the subpackage nerd.envs)."""
 
 from pathlib import Path
 
@@ -18,6 +18,6 @@ setup(
     long_description=(here / "README.md").read_text() if (here / "README.md").exists() else "",
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(include=["nerd", "nerd.*", "envs", "envs.*"]),
+    packages=find_packages(include=["nerd", "nerd.*"]),
     install_requires=requirements,
 )

@@ -9,16 +9,17 @@ Example:
 import argparse
 from pathlib import Path
 
-from envs import ENV_NAMES, env_class
 from nerd.cli import add_common_args, add_mass_matrix_refresh_arg, check_output, resolve_device, run_main
+from nerd.envs import ENV_NAMES, env_class
 from nerd.evaluation import INITIAL_STATES, evaluate_passive, format_config_table, format_results, write_results
+from nerd.modes import ENV_MODES, NEURAL
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env-name", required=True, help=f"one of {', '.join(ENV_NAMES)}")
     parser.add_argument("--model-path", default=None, help="NeRD checkpoint (needed for --env-mode neural)")
-    parser.add_argument("--env-mode", choices=["neural", "ground-truth"], default="neural")
+    parser.add_argument("--env-mode", choices=ENV_MODES, default=NEURAL)
     parser.add_argument("--num-envs", type=int, default=2048)
     parser.add_argument("--num-rollouts", type=int, default=2048)
     parser.add_argument("--rollout-horizon", type=int, default=100)

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from nerd.cli import add_common_args, add_overrides_arg, check_output, resolve_device, run_main
+from nerd.modes import ENV_MODES
 from nerd.rl.config import load_rl_config, with_num_envs
 from nerd.rl.runner import RUN_DIR_ENTRIES, format_playback, play_policy, train_policy
 from nerd.run_dir import clear_run_dir, write_text_atomic
@@ -23,7 +24,7 @@ from nerd.run_dir import clear_run_dir, write_text_atomic
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rl-cfg", required=True, help="RL config, e.g. cfg/rl/Cartpole/swingup.yaml")
-    parser.add_argument("--env-mode", choices=["neural", "ground-truth"], default=None,
+    parser.add_argument("--env-mode", choices=ENV_MODES, default=None,
                         help="simulator (default: the config's env.env_mode)")
     parser.add_argument("--nerd-model-path", default=None, help="NeRD checkpoint (neural mode)")
     parser.add_argument("--num-envs", type=int, default=None, help="parallel envs (default: the config's)")

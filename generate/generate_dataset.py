@@ -8,8 +8,8 @@ Example:
 import argparse
 from pathlib import Path
 
-from envs import ENV_NAMES, env_class
 from nerd.cli import add_common_args, add_mass_matrix_refresh_arg, check_output, resolve_device, run_main
+from nerd.envs import ENV_NAMES, env_class
 from nerd.generation import GenerationConfig, generate_dataset
 
 
@@ -36,11 +36,13 @@ def main() -> None:
     cfg = GenerationConfig(
         env_name=args.env_name, num_transitions=args.num_transitions, trajectory_length=args.trajectory_length,
         num_envs=args.num_envs, seed=args.seed, passive=args.passive, contact_config=args.contact_config,
-        solver=args.solver, mass_matrix_refresh=args.mass_matrix_refresh, compression=None if args.compression == "none" else args.compression,
+        solver=args.solver, mass_matrix_refresh=args.mass_matrix_refresh,
+        compression=None if args.compression == "none" else args.compression,
     )
     summary = generate_dataset(cfg, path, device=resolve_device(args.device))
     print(f"wrote {summary.path}: {summary.num_trajectories} trajectories, {summary.num_transitions} transitions, "
-          f"{summary.num_dropped} dropped, {summary.seconds:.1f} s ({summary.transitions_per_second:,.0f} transitions/s)")
+          f"{summary.num_dropped} dropped, {summary.seconds:.1f} s "
+          f"({summary.transitions_per_second:,.0f} transitions/s)")
 
 
 if __name__ == "__main__":

@@ -8,14 +8,12 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from nerd.errors import RolloutDivergedError, UserError, first_line
 
-from nerd.config import ConfigError
-from nerd.datasets.hdf5 import DatasetError
-from nerd.errors import RolloutDivergedError, first_line
-
-# Errors caused by the user's input or a failed run, reported as one line; anything else is a bug and keeps
-# its traceback. (ConfigError and DatasetError are ValueErrors; FileNotFoundError/FileExistsError are OSErrors.)
-USER_ERRORS = (ValueError, OSError, ConfigError, DatasetError, RolloutDivergedError)
+# Errors caused by the user's input, the file system or a failed run, reported as one line; anything else, a
+# plain ValueError included, is a bug and keeps its traceback. ConfigError and DatasetError are UserErrors;
+# FileNotFoundError and FileExistsError are OSErrors.
+USER_ERRORS = (UserError, OSError, RolloutDivergedError)
 
 
 def add_common_args(parser: argparse.ArgumentParser, seed_default: int | None = 0) -> None:
@@ -28,7 +26,7 @@ def add_common_args(parser: argparse.ArgumentParser, seed_default: int | None = 
 
 def add_mass_matrix_refresh_arg(parser: argparse.ArgumentParser) -> None:
     """Add ``--mass-matrix-refresh {frame,substep}``: when the ground truth rebuilds Featherstone's mass matrix."""
-    from envs.environment import MASS_MATRIX_REFRESH
+    from nerd.envs.environment import MASS_MATRIX_REFRESH
 
     parser.add_argument("--mass-matrix-refresh", choices=MASS_MATRIX_REFRESH, default=None,
                         help="ground truth: rebuild Featherstone's mass matrix once per 'frame' (the release's "
@@ -47,10 +45,10 @@ def resolve_device(device: str) -> str:
 
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise ValueError(f"--device {device}: no CUDA device is available; use --device cpu")
+            raise UserError(f"--device {device}: no CUDA device is available; use --device cpu")
         return "cuda:0" if device == "cuda" else device
     if device != "cpu":
-        raise ValueError(f"--device must be 'cpu', 'cuda' or 'cuda:N', got '{device}'")
+        raise UserError(f"--device must be 'cpu', 'cuda' or 'cuda:N', got '{device}'")
     return device
 
 

@@ -1,12 +1,14 @@
 """Passive-motion evaluation (spec §9): NeRD (or the ground truth itself) against the ground-truth simulator.
 
-From the same random initial states, the ground truth and the evaluated simulator roll out autoregressively for H frames with zero
-actions (through the robot's controller, so a PD-driven robot would still hold its pose). Errors are measured per step and averaged over
-**all steps (1..h) and all trajectories**, per robot as its env module defines (``passive_metrics``), for H and for every standard
-horizon h < H (:data:`REPORT_HORIZONS`), plus per-coordinate errors and the error of every metric at every step.
+From the same random initial states, the ground truth and the evaluated simulator roll out autoregressively for H
+frames with zero actions (through the robot's controller, so a PD-driven robot would still hold its pose). Errors are
+measured per step and averaged over **all steps (1..h) and all trajectories**, per robot as its env module defines
+(``passive_metrics``), for H and for every standard horizon h < H (:data:`REPORT_HORIZONS`), plus per-coordinate
+errors and the error of every metric at every step.
 
 The initial states follow the release's protocol by default: the robot's data-generation sampler (spec §8 ranges,
-``sample_initial_states``). ``initial_states="task"`` draws them from the robot's task reset (``sample_reset_states``) instead.
+``sample_initial_states``). ``initial_states="task"`` draws them from the robot's task reset
+(``sample_reset_states``, the distribution its RL tasks start from) instead.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from envs import make_env
+from nerd.envs import make_env
+from nerd.errors import UserError
 from nerd.frames import quat_angle, quat_inverse, quat_mul, wrap_angle
+from nerd.modes import GROUND_TRUTH, NEURAL
 from nerd.neural_environment import NeuralEnvironment
 from nerd.run_dir import write_text_atomic
 
@@ -29,7 +33,8 @@ INITIAL_STATES = ("data", "task")
 ``"task"`` the robot's task reset."""
 
 REPORT_HORIZONS = (100, 500, 1000)
-"""Horizons whose errors are reported from every evaluation at least that long (the paper's: 100, 500 Ant, 1000 Cartpole)."""
+"""Horizons whose errors are reported from every evaluation at least that long (the paper's: 100, 500 Ant,
+1000 Cartpole)."""
 
 
 def state_errors(gt: torch.Tensor, pred: torch.Tensor, env) -> dict[str, torch.Tensor]:
@@ -88,24 +93,24 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
         ``error_vs_step`` (each metric averaged over trajectories, one value per step 1..H).
     """
     if num_envs < 1 or num_rollouts < 1 or horizon < 1:
-        raise ValueError("--num-envs, --num-rollouts and --rollout-horizon must be positive")
+        raise UserError("--num-envs, --num-rollouts and --rollout-horizon must be positive")
     if initial_states not in INITIAL_STATES:
-        raise ValueError(f"--initial-states must be one of {', '.join(INITIAL_STATES)}, got '{initial_states}'")
-    if env_mode == "neural" and model_path is None:
-        raise ValueError("--env-mode neural needs --model-path")
+        raise UserError(f"--initial-states must be one of {', '.join(INITIAL_STATES)}, got '{initial_states}'")
+    if env_mode == NEURAL and model_path is None:
+        raise UserError("--env-mode neural needs --model-path")
     num_envs = min(num_envs, num_rollouts)
     env = make_env(env_name, num_envs, device=device, contact_config=contact_config,
                    mass_matrix_refresh=mass_matrix_refresh)
-    sample = env.env.sample_initial_states if initial_states == "data" else env.env.sample_reset_states
-    nenv = (NeuralEnvironment.from_checkpoint(env, model_path, env_mode="ground-truth") if model_path
-            else NeuralEnvironment(env, None, env_mode="ground-truth"))
+    sample = env.sample_initial_states if initial_states == "data" else env.sample_reset_states
+    nenv = (NeuralEnvironment.from_checkpoint(env, model_path, env_mode=GROUND_TRUTH) if model_path
+            else NeuralEnvironment(env, None, env_mode=GROUND_TRUTH))
     generator = torch.Generator().manual_seed(seed)
     sums: dict[str, torch.Tensor] = {}
     done = 0
     batches = math.ceil(num_rollouts / num_envs)
     for _ in tqdm(range(batches), desc=f"{env_name} {env_mode}", unit="batch", disable=not progress):
         initial = sample(num_envs, generator)
-        gt = rollout(nenv, initial, horizon, "ground-truth")
+        gt = rollout(nenv, initial, horizon, GROUND_TRUTH)
         pred = rollout(nenv, initial, horizon, env_mode)
         keep = min(num_envs, num_rollouts - done)
         errors = state_errors(gt[1:, :keep], pred[1:, :keep], env)
@@ -145,7 +150,8 @@ def format_results(results: dict[str, Any]) -> str:
         "mean over steps 1..H and rollouts",
         f"{'metric':<28}" + "".join(f"{'H=' + h:>12}" for h in by_horizon),
     ]
-    lines += [f"{name:<28}" + "".join(f"{by_horizon[h][name]:>12.5f}" for h in by_horizon) for name in results["metrics"]]
+    lines += [f"{name:<28}" + "".join(f"{by_horizon[h][name]:>12.5f}" for h in by_horizon)
+              for name in results["metrics"]]
     lines.append("per joint coordinate |dq|: " + ", ".join(f"{v:.5f}" for v in results["per_dof"]))
     return "\n".join(lines)
 
@@ -171,7 +177,7 @@ def write_results(results: dict[str, Any], json_path: str | Path, png_path: str 
 
     curves = results["error_vs_step"]
     fig, axes = plt.subplots(1, len(curves), figsize=(4.5 * len(curves), 3.4), squeeze=False)
-    for ax, (name, values) in zip(axes[0], curves.items()):
+    for ax, (name, values) in zip(axes[0], curves.items(), strict=True):
         ax.plot(range(1, len(values) + 1), values)
         ax.set_xlabel("step")
         ax.set_ylabel(name)

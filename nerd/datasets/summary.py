@@ -7,7 +7,6 @@ from typing import Any
 
 import h5py
 import numpy as np
-
 import torch
 
 from nerd.datasets.hdf5 import read_attrs
@@ -56,9 +55,11 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"torques {summary['joint_act_dim']}, contacts {summary['contact_count']}, frame {summary['states_frame']}",
     ]
     if summary["contact_active_fraction"] is not None:
-        lines.append(f"active contact candidates (depth < max(4 r, 0.12 m)): {100 * summary['contact_active_fraction']:.1f} %")
+        active = 100 * summary["contact_active_fraction"]
+        lines.append(f"active contact candidates (depth < max(4 r, 0.12 m)): {active:.1f} %")
     lines.append("state coordinate        min        max       mean        std")
-    for i, values in enumerate(zip(summary["state_min"], summary["state_max"], summary["state_mean"], summary["state_std"])):
+    columns = (summary["state_min"], summary["state_max"], summary["state_mean"], summary["state_std"])
+    for i, values in enumerate(zip(*columns, strict=True)):
         lines.append(f"  {i:>3d}          " + " ".join(f"{v:10.3f}" for v in values))
     return "\n".join(lines)
 

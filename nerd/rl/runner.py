@@ -32,7 +32,7 @@ import yaml
 from rl_games.common.algo_observer import DefaultAlgoObserver
 
 from nerd.config import to_dict
-from nerd.errors import first_line
+from nerd.errors import UserError, first_line
 from nerd.rl.config import RLConfig, resolve_params
 from nerd.rl.vec_env import NeRDVecEnv, check_env_config, make_vec_env, register_with_rl_games
 from nerd.run_dir import write_run_record, write_text_atomic
@@ -88,7 +88,7 @@ def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: i
     logdir = Path(logdir).resolve()
     params = resolve_params(cfg, device, seed, logdir, max_epochs)
     if params["config"].get("max_epochs", -1) < 1 and params["config"].get("max_frames", -1) < 1:
-        raise ValueError("set --max-epochs (or params.config.max_epochs) so that training ends")
+        raise UserError("set --max-epochs (or params.config.max_epochs) so that training ends")
     logdir.mkdir(parents=True, exist_ok=True)
     resolved = {"env": to_dict(cfg.env), "params": params}
     write_run_record(logdir, resolved)
@@ -134,9 +134,9 @@ def load_rl_games_checkpoint(path: str | Path) -> dict[str, Any]:
         with torch.serialization.safe_globals(safe):
             state = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as err:
-        raise ValueError(f"{path} is not a loadable rl-games checkpoint ({first_line(err)})") from err
+        raise UserError(f"{path} is not a loadable rl-games checkpoint ({first_line(err)})") from err
     if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
-        raise ValueError(f"{path} is not an rl-games checkpoint (no 'model' state dict)")
+        raise UserError(f"{path} is not an rl-games checkpoint (no 'model' state dict)")
     return state
 
 
@@ -162,7 +162,7 @@ def load_policy(cfg: RLConfig, checkpoint: str | Path, env_info: dict, device: s
     try:
         player.model.load_state_dict(state["model"])
     except RuntimeError as err:
-        raise ValueError(f"{checkpoint} does not match the network of the RL config "
+        raise UserError(f"{checkpoint} does not match the network of the RL config "
                          f"({first_line(err)})") from err
     player.has_batch_dimension = True
 
@@ -182,7 +182,7 @@ def evaluate_policy(vec_env: NeRDVecEnv, act: Callable[[torch.Tensor], torch.Ten
         standard deviations, and ``num_games``.
     """
     if num_games < 1:
-        raise ValueError(f"--num-games must be positive, got {num_games}")
+        raise UserError(f"--num-games must be positive, got {num_games}")
     if seed is not None:
         vec_env.seed(seed)
     returns: list[float] = []

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from envs import make_env
 from nerd.datasets.hdf5 import TRAJECTORY_FIELDS, DatasetError, load_trajectories, read_attrs
+from nerd.envs import make_env
 from nerd.generation import GenerationConfig, _finite_trajectories, generate_dataset
 
 

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from envs import make_env
 from nerd.config import ConfigError, apply_overrides, from_dict
 from nerd.datasets.hdf5 import DatasetError, TrajectoryWriter
 from nerd.datasets.windows import TrajectoryWindows
+from nerd.envs import make_env
 from nerd.generation import GenerationConfig, generate_dataset
 from nerd.models.transformer import TransformerConfig
 from nerd.run_dir import write_text_atomic

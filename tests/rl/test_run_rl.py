@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from envs import make_env
 from nerd.checkpoint import save_checkpoint
 from nerd.config import load_config
+from nerd.envs import make_env
 from nerd.features import signature_of_env
 from nerd.models.nerd_model import NeRDModel
 from nerd.rl.batch_eval import PolicyEvalConfig
@@ -29,7 +29,8 @@ def tiny_nerd_model(tmp_path_factory) -> str:
     """An untrained tiny Cartpole NeRD checkpoint (enough to run the neural simulator)."""
     sig = signature_of_env(make_env("Cartpole", 1))
     path = tmp_path_factory.mktemp("nerd") / "tiny.pt"
-    save_checkpoint(path, NeRDModel(sig.input_groups, sig.target_dim, TINY), sig, {"history_length": 10})
+    save_checkpoint(path, NeRDModel(sig.input_groups, sig.target_dim, TINY), sig, {"history_length": 10},
+                    history_length=10)
     return str(path)
 
 

@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
-from envs import make_env
+from nerd.envs import make_env
+from nerd.envs.ant import hinge_limits
 from nerd.frames import quat_from_axis_angle
 from nerd.rl.tasks import TASKS, make_task
-from nerd.rl.tasks.ant import hinge_limits
 
 
 def cartpole(*rows):
@@ -116,7 +116,7 @@ def test_ant_reset_states_are_valid_and_above_ground():
     """Ant task resets: unit quaternions, hinges within limits, and every contact point above the ground."""
     n = 64
     env = make_env("Ant", n)
-    states = make_task("Ant", "run", n).sample_reset_states(env, n, torch.Generator().manual_seed(3))
+    states = env.sample_reset_states(n, torch.Generator().manual_seed(3))
     torch.testing.assert_close(states[:, 3:7].norm(dim=1), torch.ones(n))
     lower, upper = hinge_limits()
     assert bool(((states[:, 7:15] >= lower - 1e-6) & (states[:, 7:15] <= upper + 1e-6)).all())

@@ -70,7 +70,8 @@ def test_generate_refuses_to_overwrite(tmp_path, monkeypatch, capsys):
     """An existing output without --overwrite is an error and the file is left untouched."""
     (tmp_path / "x.hdf5").write_text("keep me")
     code, _, err = run_script("generate/generate_dataset.py", "--env-name", "Cartpole", "--num-transitions", "10",
-                              "--dataset-dir", str(tmp_path), "--dataset-name", "x", monkeypatch=monkeypatch, capsys=capsys)
+                              "--dataset-dir", str(tmp_path), "--dataset-name", "x",
+                              monkeypatch=monkeypatch, capsys=capsys)
     assert code == 1 and "pass --overwrite" in error_lines(err)[0]
     assert (tmp_path / "x.hdf5").read_text() == "keep me"
 
@@ -93,3 +94,22 @@ def test_eval_needs_a_model_for_neural_mode(monkeypatch, capsys):
     code, _, err = run_script("eval/eval_passive_motion.py", "--env-name", "Cartpole", "--env-mode", "neural",
                               "--num-envs", "2", "--num-rollouts", "2", monkeypatch=monkeypatch, capsys=capsys)
     assert code == 1 and "needs --model-path" in error_lines(err)[0]
+
+
+def test_user_errors_are_one_line_and_internal_errors_keep_their_traceback(capsys):
+    """run_main reports a UserError as one line with exit code 1, but lets a plain ValueError (a bug) propagate."""
+    from nerd.cli import run_main
+    from nerd.errors import UserError
+
+    def bad_input():
+        raise UserError("--num-envs must be positive, got 0")
+
+    def bug():
+        raise ValueError("shape mismatch inside the library")
+
+    with pytest.raises(SystemExit) as exit_info:
+        run_main(bad_input)
+    assert exit_info.value.code == 1
+    assert error_lines(capsys.readouterr().err) == ["error: --num-envs must be positive, got 0"]
+    with pytest.raises(ValueError, match="shape mismatch"):
+        run_main(bug)

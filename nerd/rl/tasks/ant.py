@@ -23,10 +23,8 @@ Observation (37 numbers; 38 for spin-tracking), chosen by us:
 -- up and heading vectors in world axes (together they fix R without the sign ambiguity of a quaternion),
 velocities in the torso's axes.
 
-Episodes start near the robot's default pose (torso 0.75 m up, hinges at zero or their nearest limit): torso
-displaced by U(±0.2, ±0.2, 0..0.15) m, tilted about a random axis by up to π/8, hinges offset by U(±0.2) rad
-(clamped to their limits), body-frame velocities ω ~ U(±0.25) rad/s, v ~ U(±0.1) m/s, hinge rates
-U(±0.25) rad/s. The bounds keep every leg above the ground at the first frame.
+Episodes start from the robot's task reset, :meth:`nerd.envs.ant.Ant.sample_reset_states` (near the default
+pose), the same distribution passive evaluation uses with ``--initial-states task``.
 """
 
 from __future__ import annotations
@@ -35,9 +33,8 @@ from collections.abc import Sequence
 
 import torch
 
-from envs.ant import hinge_limits
-from envs.environment import uniform
-from nerd.frames import quat_from_axis_angle, quat_mul, quat_rotate, quat_rotate_inv
+from nerd.envs.environment import uniform
+from nerd.frames import quat_rotate, quat_rotate_inv
 from nerd.rl.tasks.base import Task
 
 EPISODE_LENGTH = 500
@@ -47,16 +44,7 @@ RUN_UP_WEIGHT, RUN_HEADING_WEIGHT = 0.1, 1.0
 SPIN_UP_WEIGHT = 1.0
 TRACK_SCALE, TRACK_TILT_WEIGHT, TRACK_UP_WEIGHT = 5.0, 0.1, 0.1
 TARGET_YAW_RATE_RANGE = (-5.0, 5.0)  # [rad/s]
-# Reset perturbations around the default pose.
-RESET_XY_RANGE = 0.2  # [m]
-RESET_LIFT_RANGE = (0.0, 0.15)  # [m]
-RESET_TILT_RANGE = torch.pi / 8  # [rad]
-RESET_HINGE_RANGE = 0.2  # [rad]
-RESET_ANG_VEL_RANGE = 0.25  # [rad/s], torso axes
-RESET_LIN_VEL_RANGE = 0.1  # [m/s], torso axes
-RESET_HINGE_VEL_RANGE = 0.25  # [rad/s]
 
-HINGES = 8
 E_X, E_Z = (1.0, 0.0, 0.0), (0.0, 0.0, 1.0)
 
 
@@ -81,30 +69,11 @@ def torso_frame(states: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 class AntTask(Task):
-    """Shared reset distribution, observation and termination of the Ant tasks."""
+    """Shared observation and termination of the Ant tasks (episodes start from the Ant's task reset)."""
 
     robot = "Ant"
     episode_length = EPISODE_LENGTH
     observation_dim = 37
-
-    def sample_reset_states(self, env, n: int, generator: torch.Generator) -> torch.Tensor:
-        """The default pose with the perturbations of the module docstring, (n, 29), world frame."""
-        states = env.default_states(n).cpu()
-        q, qd = states[:, :15], states[:, 15:]  # views: writing them fills ``states``
-        q[:, 0:2] += uniform([-RESET_XY_RANGE] * 2, [RESET_XY_RANGE] * 2, n, generator)
-        q[:, 2:3] += uniform(RESET_LIFT_RANGE[0], RESET_LIFT_RANGE[1], n, generator)
-        axis = uniform([-1.0] * 3, [1.0] * 3, n, generator)
-        angle = uniform(-RESET_TILT_RANGE, RESET_TILT_RANGE, n, generator).squeeze(1)
-        quat = quat_mul(q[:, 3:7], quat_from_axis_angle(axis, angle))
-        q[:, 3:7] = quat
-        lower, upper = hinge_limits()
-        hinges = q[:, 7:15] + uniform([-RESET_HINGE_RANGE] * HINGES, [RESET_HINGE_RANGE] * HINGES, n, generator)
-        q[:, 7:15] = torch.maximum(torch.minimum(hinges, upper), lower)
-        # Velocities drawn in the torso's axes, stored in world axes (Newton's free-joint convention).
-        qd[:, 0:3] = quat_rotate(quat, uniform([-RESET_LIN_VEL_RANGE] * 3, [RESET_LIN_VEL_RANGE] * 3, n, generator))
-        qd[:, 3:6] = quat_rotate(quat, uniform([-RESET_ANG_VEL_RANGE] * 3, [RESET_ANG_VEL_RANGE] * 3, n, generator))
-        qd[:, 6:] = uniform([-RESET_HINGE_VEL_RANGE] * HINGES, [RESET_HINGE_VEL_RANGE] * HINGES, n, generator)
-        return states.to(self.device)
 
     def observations(self, states: torch.Tensor, last_actions: torch.Tensor) -> torch.Tensor:
         """``[p_z, u, h, Rᵀv, Rᵀω, hinge q, hinge qd, last actions]`` (N, 37)."""

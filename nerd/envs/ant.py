@@ -13,6 +13,13 @@ file a 0.91 kg ant):
 Inertias are those of these shapes at these densities (Newton integrates them). Legs lie in the torso's
 local xy plane along the diagonals; hips turn about z (+-0.698 rad), ankles about the horizontal axis
 perpendicular to the leg.
+
+Distributions: data generation (spec §8, the release protocol) starts from :meth:`Ant.sample_initial_states`;
+the task reset (RL episodes, passive evaluation with ``--initial-states task``) is :meth:`Ant.sample_reset_states`:
+the default pose (torso 0.75 m up, hinges at zero or their nearest limit) with the torso displaced by
+U(+-0.2, +-0.2, 0..0.15) m, tilted about a random axis by up to pi/8, hinges offset by U(+-0.2) rad (clamped to
+their limits), torso-frame velocities w ~ U(+-0.25) rad/s, v ~ U(+-0.1) m/s, hinge rates U(+-0.25) rad/s. The
+bounds keep every leg above the ground at the first frame.
 """
 
 from __future__ import annotations
@@ -24,8 +31,8 @@ import numpy as np
 import torch
 import warp as wp
 
-from envs.environment import Environment, uniform
-from nerd.frames import quat_from_euler_xyz, quat_rotate
+from nerd.envs.environment import Environment, uniform
+from nerd.frames import quat_from_axis_angle, quat_from_euler_xyz, quat_mul, quat_rotate
 
 TORSO_RADIUS = 0.25  # [m]
 TORSO_DENSITY = 5.0  # [kg/m^3]
@@ -55,6 +62,15 @@ INIT_ANG_VEL_RANGE = math.pi  # [rad/s] body-frame angular velocity
 INIT_LIN_VEL_RANGE = 1.0  # [m/s] body-frame linear velocity
 INIT_JOINT_VEL_RANGE = 2.0 * math.pi  # [rad/s]
 TORQUE_NOISE_SCALE = 400.0  # [N·m]
+# Task reset: perturbations around the default pose.
+RESET_XY_RANGE = 0.2  # [m]
+RESET_LIFT_RANGE = (0.0, 0.15)  # [m]
+RESET_TILT_RANGE = math.pi / 8  # [rad]
+RESET_HINGE_RANGE = 0.2  # [rad]
+RESET_ANG_VEL_RANGE = 0.25  # [rad/s], torso axes
+RESET_LIN_VEL_RANGE = 0.1  # [m/s], torso axes
+RESET_HINGE_VEL_RANGE = 0.25  # [rad/s]
+HINGES = 8
 
 
 def ankle_range(ankle_sign: float) -> tuple[float, float]:
@@ -150,7 +166,8 @@ class Ant(Environment):
     def sample_initial_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """Torso 1.0-1.3 m high with random yaw and tilt, joints within range, random velocities (spec §8)."""
         height = uniform(INIT_HEIGHT_RANGE[0], INIT_HEIGHT_RANGE[1], n, generator)
-        euler = uniform((-INIT_TILT_RANGE, -INIT_TILT_RANGE, -math.pi), (INIT_TILT_RANGE, INIT_TILT_RANGE, math.pi), n, generator)
+        tilt = (INIT_TILT_RANGE, INIT_TILT_RANGE, math.pi)
+        euler = uniform([-t for t in tilt], tilt, n, generator)
         quat = quat_from_euler_xyz(euler)
         joints = []
         for *_, ankle_sign in LEGS:
@@ -168,3 +185,22 @@ class Ant(Environment):
     def sample_random_torques(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """Hinge torques uniform in [-400, 400] N·m."""
         return uniform([-TORQUE_NOISE_SCALE] * 8, [TORQUE_NOISE_SCALE] * 8, n, generator).to(self.torch_device)
+
+    def sample_reset_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """Task reset: the default pose with the perturbations of the module docstring, (n, 29), world frame."""
+        states = self.default_states(n).cpu()
+        q, qd = states[:, :15], states[:, 15:]  # views: writing them fills ``states``
+        q[:, 0:2] += uniform([-RESET_XY_RANGE] * 2, [RESET_XY_RANGE] * 2, n, generator)
+        q[:, 2:3] += uniform(RESET_LIFT_RANGE[0], RESET_LIFT_RANGE[1], n, generator)
+        axis = uniform([-1.0] * 3, [1.0] * 3, n, generator)
+        angle = uniform(-RESET_TILT_RANGE, RESET_TILT_RANGE, n, generator).squeeze(1)
+        quat = quat_mul(q[:, 3:7], quat_from_axis_angle(axis, angle))
+        q[:, 3:7] = quat
+        lower, upper = hinge_limits()
+        hinges = q[:, 7:15] + uniform([-RESET_HINGE_RANGE] * HINGES, [RESET_HINGE_RANGE] * HINGES, n, generator)
+        q[:, 7:15] = torch.maximum(torch.minimum(hinges, upper), lower)
+        # Velocities drawn in the torso's axes, stored in world axes (Newton's free-joint convention).
+        qd[:, 0:3] = quat_rotate(quat, uniform([-RESET_LIN_VEL_RANGE] * 3, [RESET_LIN_VEL_RANGE] * 3, n, generator))
+        qd[:, 3:6] = quat_rotate(quat, uniform([-RESET_ANG_VEL_RANGE] * 3, [RESET_ANG_VEL_RANGE] * 3, n, generator))
+        qd[:, 6:] = uniform([-RESET_HINGE_VEL_RANGE] * HINGES, [RESET_HINGE_VEL_RANGE] * HINGES, n, generator)
+        return states.to(self.torch_device)

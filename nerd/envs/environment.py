@@ -1,8 +1,8 @@
 """Base class of the Newton robot environments: N parallel copies of one robot in one Newton model.
 
 A frame is one call of :meth:`Environment.step_with_joint_act`: ``sim_substeps`` solver steps with the
-joint torques held constant, then the collision stage (installed by
-:class:`nerd.contacts.AbstractContactEnvironment`, absent for contact-free robots), so the contact set always
+joint torques held constant, then the collision stage (the environment's
+:class:`~nerd.envs.contacts.GroundContacts`, a no-op for contact-free robots), so the contact set always
 describes the current state and is what the next frame's solver consumes. The simulator's arrays are viewed
 as torch tensors of shape (N, ·) that share memory with Warp; getters return copies.
 
@@ -14,13 +14,16 @@ world axes]`` (Newton 1.8: linear first). ``nerd.representation`` builds the rob
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import ClassVar
 
 import newton
 import numpy as np
 import torch
 import warp as wp
+
+from nerd.envs.contacts import GroundContacts
+from nerd.errors import UserError
 
 SOLVERS = ("featherstone", "xpbd", "mujoco")
 """Ground-truth solvers by name. Featherstone is the paper's ground truth and the default."""
@@ -32,7 +35,8 @@ paper's data and models come from this dynamics), or ``"substep"`` at every subs
 more accurate integration. Bias forces, contacts and limits are evaluated at every substep either way."""
 
 
-def make_solver(name: str, model: newton.Model, sim_substeps: int, mass_matrix_refresh: str) -> newton.solvers.SolverBase:
+def make_solver(name: str, model: newton.Model, sim_substeps: int, mass_matrix_refresh: str
+                ) -> newton.solvers.SolverBase:
     """Build ground-truth solver ``name`` for ``model``; ``mass_matrix_refresh`` applies to Featherstone only."""
     if name == "featherstone":
         interval = sim_substeps if mass_matrix_refresh == "frame" else 1
@@ -49,9 +53,9 @@ class Environment:
     """N copies of one robot, stepped together by a Newton solver.
 
     Subclasses describe one robot: its constants, :meth:`build_robot`, its controller
-    (:meth:`compute_torques`) and its data samplers (:meth:`sample_initial_states`,
-    :meth:`sample_random_torques`). Everything else (replication, stepping, graph capture, state access)
-    lives here once.
+    (:meth:`compute_torques`) and its distributions: data generation (:meth:`sample_initial_states`,
+    :meth:`sample_random_torques`) and the task reset (:meth:`sample_reset_states`). Everything else
+    (replication, stepping, graph capture, state access, the fixed-size ground contacts) lives here once.
 
     Args:
         num_envs: Number of parallel copies N.
@@ -84,13 +88,14 @@ class Environment:
     def __init__(self, num_envs: int, device: str = "cpu", solver: str | None = None, use_graph: bool = True,
                  mass_matrix_refresh: str | None = None):
         if num_envs < 1:
-            raise ValueError(f"num_envs must be at least 1, got {num_envs}")
+            raise UserError(f"num_envs must be at least 1, got {num_envs}")
         solver = solver or self.default_solver
         if solver not in SOLVERS:
-            raise ValueError(f"unknown solver '{solver}'; valid solvers: {', '.join(SOLVERS)}")
+            raise UserError(f"unknown solver '{solver}'; valid solvers: {', '.join(SOLVERS)}")
         mass_matrix_refresh = mass_matrix_refresh or type(self).mass_matrix_refresh
         if mass_matrix_refresh not in MASS_MATRIX_REFRESH:
-            raise ValueError(f"unknown mass-matrix refresh '{mass_matrix_refresh}'; valid: {', '.join(MASS_MATRIX_REFRESH)}")
+            raise UserError(f"unknown mass-matrix refresh '{mass_matrix_refresh}'; "
+                            f"valid: {', '.join(MASS_MATRIX_REFRESH)}")
         self.mass_matrix_refresh = mass_matrix_refresh
         self.num_envs = num_envs
         self.device = wp.get_device(device)
@@ -111,13 +116,11 @@ class Environment:
             self.solver = make_solver(solver, self.model, self.sim_substeps, mass_matrix_refresh)
         except ImportError as err:
             # An optional backend (MuJoCo Warp) that this project does not install: a choice, not a bug.
-            raise ValueError(f"solver '{solver}' is not available in this install ({err}); use 'featherstone'") from err
+            raise UserError(f"solver '{solver}' is not available in this install ({err}); use 'featherstone'") from err
 
         self.state_0 = self.model.state()
         self.state_1 = self.model.state()
         self.control = self.model.control()
-        self.contacts: newton.Contacts | None = None
-        self._collide: Callable[[], None] | None = None
         self._graph = None
 
         self.dof_q = self.model.joint_coord_count // num_envs
@@ -134,7 +137,10 @@ class Environment:
         self._body_q = wp.to_torch(self.state_0.body_q).view(num_envs, self.bodies_per_env, 7)
         self.joint_acts = torch.zeros(num_envs, self.act_dim, device=self.torch_device)
         """Torques applied in the last frame, (N, act_dim) [N·m or N]."""
+        self.ground = GroundContacts(self.model, num_envs, self.bodies_per_env, self.shapes_per_env)
+        """The fixed-size ground contacts (spec §4): each env's ground plane and the solver's contact set."""
         newton.eval_fk(self.model, self.state_0.joint_q, self.state_0.joint_qd, self.state_0)
+        self.refresh_contacts()
 
     # ----------------------------------------------------------------------------------------------
     # robot description: implemented once per robot module
@@ -147,7 +153,7 @@ class Environment:
         raise NotImplementedError
 
     def sample_initial_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        """Random initial states (n, dof_q + dof_qd) for data generation (spec §8), world frame."""
+        """Initial states (n, dof_q + dof_qd), world frame, for data generation (spec §8, the release protocol)."""
         raise NotImplementedError
 
     def sample_random_torques(self, n: int, generator: torch.Generator) -> torch.Tensor:
@@ -155,8 +161,9 @@ class Environment:
         raise NotImplementedError
 
     def sample_reset_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        """The robot's own random reset (tasks, passive evaluation): (n, dof_q + dof_qd), world frame.
+        """The robot's task reset (RL episodes, passive evaluation from task states): (n, dof_q + dof_qd), world.
 
+        The one home of a robot's reset distribution: the RL tasks and ``--initial-states task`` both call it.
         Defaults to the data-generation sampler; robots whose tasks reset differently override it.
         """
         return self.sample_initial_states(n, generator)
@@ -203,11 +210,6 @@ class Environment:
         self.synchronize()
         return self._body_q[:, self.anchor_body].clone()
 
-    def get_body_q(self) -> torch.Tensor:
-        """Poses of all bodies, (N, bodies_per_env, 7), world frame."""
-        self.synchronize()
-        return self._body_q.clone()
-
     def reset(self, env_ids: Sequence[int] | torch.Tensor | None = None, states: torch.Tensor | None = None,
               generator: torch.Generator | None = None) -> None:
         """Reset ``env_ids`` (all if None) to ``states``, or to the robot's random reset states when none are given.
@@ -222,15 +224,42 @@ class Environment:
         self.joint_acts[rows] = 0.0
 
     # ----------------------------------------------------------------------------------------------
-    # stepping
-    def set_collision_stage(self, collide: Callable[[], None] | None, contacts: newton.Contacts | None) -> None:
-        """Install the collision stage (run after every frame and state change) and the solver's contact set."""
-        self._collide = collide
-        self.contacts = contacts
-        self._graph = None  # the captured frame no longer matches
-        if collide is not None:
-            collide()
+    # contacts
+    @property
+    def contact_count(self) -> int:
+        """Contact candidates C per env (0 for a robot without collision shapes)."""
+        return self.ground.count
 
+    @property
+    def contacts(self) -> newton.Contacts | None:
+        """The Newton contact set the solver consumes (N * C ground contacts), or None without candidates."""
+        return self.ground.contacts
+
+    def set_ground_planes(self, normals: torch.Tensor, points: torch.Tensor,
+                          env_ids: Sequence[int] | torch.Tensor | None = None) -> None:
+        """Set the ground plane of each env (all if ``env_ids`` is None) and re-detect the contacts.
+
+        Args:
+            normals: (n, 3) or (3,) unit plane normals, world frame; contacts push along the normal.
+            points: (n, 3) or (3,) a point on each plane [m], world frame.
+        """
+        self.ground.set_planes(normals, points, env_ids)
+        self.sync_torch_writes()
+        self.refresh_contacts()
+
+    def get_contacts(self) -> dict[str, torch.Tensor]:
+        """Contact features of the current state, world frame (see :func:`~nerd.envs.contacts.contact_features`).
+
+        Returns:
+            ``contact_normals`` (N, C, 3), ``contact_points_0`` (N, C, 3) candidate points [m],
+            ``contact_points_1`` (N, C, 3) closest ground points [m], ``contact_depths`` (N, C) [m],
+            ``contact_thicknesses`` (N, C) [m].
+        """
+        self.synchronize()
+        return self.ground.features(self.state_0.body_q)
+
+    # ----------------------------------------------------------------------------------------------
+    # stepping
     def step(self, actions: torch.Tensor) -> None:
         """Advance one frame with policy actions (N, action_dim) through the robot's controller."""
         self.check_actions(actions)
@@ -239,7 +268,7 @@ class Environment:
     def check_actions(self, actions: torch.Tensor) -> None:
         """Raise a one-line ValueError unless ``actions`` is (N, action_dim) (NaN is caught on the torques)."""
         if actions.shape != (self.num_envs, self.action_dim):
-            raise ValueError(f"{self.name}: actions must have shape ({self.num_envs}, {self.action_dim}), "
+            raise UserError(f"{self.name}: actions must have shape ({self.num_envs}, {self.action_dim}), "
                              f"got {tuple(actions.shape)}")
 
     def step_with_joint_act(self, joint_acts: torch.Tensor) -> None:
@@ -256,7 +285,7 @@ class Environment:
             )
         if not bool(torch.isfinite(joint_acts).all()):
             # Reject here, the one place both modes pass through: the solver would silently return NaN states.
-            raise ValueError(f"{self.name}: joint torques (or the actions they come from) contain NaN or inf")
+            raise UserError(f"{self.name}: joint torques (or the actions they come from) contain NaN or inf")
         self.joint_acts.copy_(joint_acts)
         self._joint_f[:, self.act_dof_indices] = self.joint_acts
         self.sync_torch_writes()
@@ -277,8 +306,7 @@ class Environment:
 
     def refresh_contacts(self) -> None:
         """Re-run the collision stage for the current state (after a state was written from outside)."""
-        if self._collide is not None:
-            self._collide()
+        self.ground.detect(self.state_0.body_q)
 
     def _simulate_frame(self) -> None:
         states = (self.state_0, self.state_1)
@@ -308,7 +336,8 @@ class Environment:
             torch.cuda.current_stream(self.torch_device).synchronize()
 
 
-def uniform(low: Sequence[float] | float, high: Sequence[float] | float, n: int, generator: torch.Generator) -> torch.Tensor:
+def uniform(low: Sequence[float] | float, high: Sequence[float] | float, n: int, generator: torch.Generator
+            ) -> torch.Tensor:
     """Samples (n, len(low)) uniformly in [low, high] on the CPU, so a seed gives the same data on every device."""
     low_t = torch.as_tensor(low, dtype=torch.float32).reshape(1, -1)
     high_t = torch.as_tensor(high, dtype=torch.float32).reshape(1, -1)
