@@ -9,6 +9,10 @@ Examples:
     # evaluate that policy in the ground truth: mean ± std episode reward and length over 2048 episodes
     python eval/run_rl.py --rl-cfg cfg/rl/Cartpole/swingup_cpu.yaml --env-mode ground-truth \
         --playback runs/rl/cartpole_neural_0/nn/last.pth --num-games 2048 --num-envs 2048
+    # watch one episode of it in the ground truth (blue) and in NeRD (orange), recorded off-screen
+    python eval/run_rl.py --rl-cfg cfg/rl/Cartpole/swingup_cpu.yaml \
+        --nerd-model-path runs/Cartpole_cpu/nn/best.pt --playback runs/rl/cartpole_neural_0/nn/last.pth \
+        --video swingup.gif
 """
 
 import json
@@ -17,8 +21,9 @@ from pathlib import Path
 
 from nerd.cli import add_common_args, add_overrides_arg, check_output, make_parser, resolve_device, run_main
 from nerd.rl.config import load_rl_config, with_num_envs
-from nerd.rl.runner import RUN_DIR_ENTRIES, format_playback, play_policy, train_policy
+from nerd.rl.runner import RUN_DIR_ENTRIES, format_playback, play_policy, show_policy, train_policy
 from nerd.run_dir import clear_run_dir, write_text_atomic
+from nerd.viewer import add_viewer_args, check_viewer_args, viewing_requested
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -36,6 +41,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--logdir", default=None, help="training run directory (default: runs/rl/<robot>__<task>__...)")
     add_overrides_arg(parser, "params.config.mini_epochs=4")
     add_common_args(parser)
+    add_viewer_args(parser)
     args = parser.parse_args(argv)
 
     device = resolve_device(args.device)
@@ -44,6 +50,17 @@ def main(argv: list[str] | None = None) -> None:
         cfg.env.env_mode = args.env_mode
     if args.nerd_model_path is not None:
         cfg.env.nerd_model_path = args.nerd_model_path
+
+    if viewing_requested(args):
+        check_viewer_args(args)
+        if args.playback is None:
+            raise ValueError("--viewer/--video show a trained policy: add --playback CHECKPOINT")
+        shown = show_policy(cfg, args.playback, device, args.seed, viewer=args.viewer, output_path=args.output_path,
+                            video=args.video, video_size=args.video_size)
+        print("episode reward: " + ", ".join(f"{k} {v:.1f}" for k, v in shown["episode_reward"].items())
+              + f"; {shown['frames']} frames in {shown['seconds']:.1f} s"
+              + (f"; wrote {shown['path']}" if shown["path"] else ""))
+        return
 
     if args.playback is not None:
         output = check_output(args.output, args.overwrite) if args.output else None
