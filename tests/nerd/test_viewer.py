@@ -125,4 +125,4 @@ def test_usd_viewer_writes_a_stage_or_names_the_extra(tmp_path, monkeypatch, cap
         assert not usd.exists()
         return
     assert code == 0, err
-    assert "timeSamples" in usd.read_text() or usd.stat().st_size > 1000
+    assert "timeSamples" in usd.read_text()  # an animated stage, not just the model
