@@ -27,19 +27,22 @@ def env_class(name: str) -> type[Environment]:
 
 
 def make_env(name: str, num_envs: int, device: str = "cpu", solver: str | None = None, use_graph: bool = True,
-             contact_config: int | None = None) -> AbstractContactEnvironment:
+             contact_config: int | None = None, mass_matrix_refresh: str | None = None) -> AbstractContactEnvironment:
     """Build robot ``name`` with ``num_envs`` copies, wrapped with its fixed-size ground contacts.
 
     Args:
         contact_config: Ground configuration id for robots that define several (the pendulum, spec §4);
             None keeps the default ground, the plane z = 0.
+        mass_matrix_refresh: Featherstone's mass-matrix refresh, ``"frame"`` (the release's) or ``"substep"``;
+            None keeps the robot's default (see :data:`envs.environment.MASS_MATRIX_REFRESH`).
     """
     from nerd.contacts import AbstractContactEnvironment
 
     cls = env_class(name)
     if contact_config is not None and not hasattr(cls, "ground_plane"):
         raise ValueError(f"{name} has a single ground; --contact-config applies to PendulumWithContact only")
-    env = AbstractContactEnvironment(cls(num_envs, device=device, solver=solver, use_graph=use_graph))
+    env = AbstractContactEnvironment(cls(num_envs, device=device, solver=solver, use_graph=use_graph,
+                                          mass_matrix_refresh=mass_matrix_refresh))
     if contact_config is not None:
         normal, point = cls.ground_plane(contact_config)
         env.set_ground_planes(normal.expand(num_envs, 3), point.expand(num_envs, 3))

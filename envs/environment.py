@@ -22,12 +22,24 @@ import numpy as np
 import torch
 import warp as wp
 
-SOLVERS: dict[str, Callable[[newton.Model], newton.solvers.SolverBase]] = {
-    "featherstone": lambda model: newton.solvers.SolverFeatherstone(model),
-    "xpbd": lambda model: newton.solvers.SolverXPBD(model),
-    "mujoco": lambda model: newton.solvers.SolverMuJoCo(model),
-}
+SOLVERS = ("featherstone", "xpbd", "mujoco")
 """Ground-truth solvers by name. Featherstone is the paper's ground truth and the default."""
+
+MASS_MATRIX_REFRESH = ("frame", "substep")
+"""When Featherstone rebuilds (and factorises) the joint-space mass matrix: ``"frame"`` once per frame, at its
+first substep, as the release did (its base environment set ``update_mass_matrix_every = sim_substeps``; the
+paper's data and models come from this dynamics), or ``"substep"`` at every substep, Newton's default and the
+more accurate integration. Bias forces, contacts and limits are evaluated at every substep either way."""
+
+
+def make_solver(name: str, model: newton.Model, sim_substeps: int, mass_matrix_refresh: str) -> newton.solvers.SolverBase:
+    """Build ground-truth solver ``name`` for ``model``; ``mass_matrix_refresh`` applies to Featherstone only."""
+    if name == "featherstone":
+        interval = sim_substeps if mass_matrix_refresh == "frame" else 1
+        return newton.solvers.SolverFeatherstone(model, update_mass_matrix_interval=interval)
+    if name == "xpbd":
+        return newton.solvers.SolverXPBD(model)
+    return newton.solvers.SolverMuJoCo(model)
 
 # Solvers that integrate maximal coordinates (body_q/body_qd) and leave joint_q/joint_qd stale.
 _MAXIMAL_COORDINATE_SOLVERS = ("xpbd",)
@@ -47,6 +59,7 @@ class Environment:
         solver: Ground-truth solver name, one of :data:`SOLVERS`.
         use_graph: Capture the frame step as a Warp graph (CPU and CUDA) and replay it. The uncaptured
             path is kept for debugging and for differentiable use.
+        mass_matrix_refresh: One of :data:`MASS_MATRIX_REFRESH`; None keeps the robot's default.
     """
 
     name: ClassVar[str] = ""
@@ -61,17 +74,24 @@ class Environment:
     anchor_body: ClassVar[int] = 0
     """Body (within one env) whose pose is the robot-centric anchor: the base, or the first moving link."""
     default_solver: ClassVar[str] = "featherstone"
+    mass_matrix_refresh: ClassVar[str] = "frame"
+    """Default of :data:`MASS_MATRIX_REFRESH` for this robot (the release's: once per frame)."""
     passive_metrics: ClassVar[dict[str, tuple[str, tuple[int, ...]]]] = {}
     """Passive-motion metrics (spec §9): name -> (kind, joint_q indices). Kinds: ``"abs"`` mean |dq| over the
     indices (wrapped for continuous joints), ``"position"`` base position distance, ``"orientation"`` base
     rotation angle."""
 
-    def __init__(self, num_envs: int, device: str = "cpu", solver: str | None = None, use_graph: bool = True):
+    def __init__(self, num_envs: int, device: str = "cpu", solver: str | None = None, use_graph: bool = True,
+                 mass_matrix_refresh: str | None = None):
         if num_envs < 1:
             raise ValueError(f"num_envs must be at least 1, got {num_envs}")
         solver = solver or self.default_solver
         if solver not in SOLVERS:
             raise ValueError(f"unknown solver '{solver}'; valid solvers: {', '.join(SOLVERS)}")
+        mass_matrix_refresh = mass_matrix_refresh or type(self).mass_matrix_refresh
+        if mass_matrix_refresh not in MASS_MATRIX_REFRESH:
+            raise ValueError(f"unknown mass-matrix refresh '{mass_matrix_refresh}'; valid: {', '.join(MASS_MATRIX_REFRESH)}")
+        self.mass_matrix_refresh = mass_matrix_refresh
         self.num_envs = num_envs
         self.device = wp.get_device(device)
         self.torch_device = wp.device_to_torch(self.device)
@@ -88,7 +108,7 @@ class Environment:
         builder.replicate(robot, num_envs)
         self.model = builder.finalize(device=self.device)
         try:
-            self.solver = SOLVERS[solver](self.model)
+            self.solver = make_solver(solver, self.model, self.sim_substeps, mass_matrix_refresh)
         except ImportError as err:
             # An optional backend (MuJoCo Warp) that this project does not install: a choice, not a bug.
             raise ValueError(f"solver '{solver}' is not available in this install ({err}); use 'featherstone'") from err

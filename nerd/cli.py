@@ -44,6 +44,15 @@ def add_common_args(parser: argparse.ArgumentParser, seed_default: int | None = 
     parser.add_argument("--overwrite", action="store_true", help="replace existing outputs")
 
 
+def add_mass_matrix_refresh_arg(parser: argparse.ArgumentParser) -> None:
+    """Add ``--mass-matrix-refresh {frame,substep}``: when the ground truth rebuilds Featherstone's mass matrix."""
+    from envs.environment import MASS_MATRIX_REFRESH
+
+    parser.add_argument("--mass-matrix-refresh", choices=MASS_MATRIX_REFRESH, default=None,
+                        help="ground truth: rebuild Featherstone's mass matrix once per 'frame' (the release's "
+                             "setting, the default) or every 'substep' (Newton's default, more accurate)")
+
+
 def add_overrides_arg(parser: argparse.ArgumentParser, example: str) -> None:
     """Add ``--cfg-overrides KEY=VALUE ...`` (applied to the YAML before validation; ``example`` shows the form)."""
     parser.add_argument("--cfg-overrides", nargs="*", default=[], metavar="KEY=VALUE",
@@ -92,5 +101,5 @@ def run_main(main: Callable[[], None]) -> None:
         sys.exit(1)
 
 
-__all__ = ["HelpFormatter", "add_common_args", "add_overrides_arg", "check_output", "make_parser", "resolve_device",
-           "run_main"]
+__all__ = ["HelpFormatter", "add_common_args", "add_mass_matrix_refresh_arg", "add_overrides_arg", "check_output",
+           "make_parser", "resolve_device", "run_main"]

@@ -2,7 +2,7 @@
 
 batch -> normalised MSE over every causal position -> backward -> clip -> Adam step, with a linear learning-
 rate decay; after every epoch a validation loss, a short passive rollout against the ground truth, TensorBoard
-scalars and checkpoints (``nn/last.pt`` and ``nn/best.pt`` by validation loss) in the run directory.
+scalars and checkpoints (``nn/last.pt``, and ``nn/best.pt`` by rollout error or validation loss) in the run directory.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import yaml
@@ -80,6 +80,44 @@ class TrainConfig:
     """Gradient-norm clip."""
     rollout_eval: RolloutEvalConfig = field(default_factory=RolloutEvalConfig)
     """Per-epoch passive rollout check."""
+    time_budget_minutes: float | None = None
+    """Stop once batch gathering and optimiser steps (evaluation excluded) have used this much CPU time of this
+    process (summed over its threads, so other jobs on the machine do not eat into it), at most ``num_epochs``
+    epochs; the learning rate then decays over the budget instead of over the steps. For comparing recipes at
+    equal compute; a run with a budget is not bit-reproducible. None trains for ``num_epochs``."""
+    input_noise: float = 0.0
+    """Std of Gaussian noise added to the state inputs of every history step during training, as a fraction of
+    each coordinate's data std (0 = off). The targets are corrected by the same noise, so the model learns to
+    steer a perturbed state back to the true next state: the state-noise trick of learned particle simulators,
+    which trades one-step accuracy for rollout stability. Only coordinates whose target is a plain difference
+    are perturbed (not a floating base's own pose, which is the anchor)."""
+    best_checkpoint_by: Literal["rollout", "valid_loss"] = "rollout"
+    """What ``nn/best.pt`` minimises: ``"rollout"`` the sum of the per-epoch rollout's error metrics (what a NeRD
+    model is for; the one-step loss can fall while the rollout error grows), or ``"valid_loss"`` the one-step
+    validation loss."""
+
+
+def noisy_state_columns(layout) -> torch.Tensor:
+    """State columns whose target is ``next - current`` in the same frame: every column without a floating base;
+    with one, all but the base position and orientation (identity in their own anchor frame)."""
+    columns = torch.arange(layout.dof_q + layout.dof_qd)
+    return columns[7:] if layout.floating_base else columns
+
+
+def add_state_noise(inputs: dict[str, torch.Tensor], target: torch.Tensor, columns: torch.Tensor, std: torch.Tensor,
+                    generator: torch.Generator | None = None) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Perturb the ``states`` inputs (B, H, S) at ``columns`` by N(0, std) and correct the targets (B, H, P).
+
+    A target column equals the state column it integrates (``compute_target``), so a perturbation ``e`` of the
+    input at step t makes ``target_t - e`` the step that lands on the true state t + 1.
+    """
+    states = inputs["states"]
+    noise = torch.randn(states.shape[:-1] + (len(columns),), generator=generator, dtype=states.dtype) * std
+    noise = noise.to(states.device)
+    states, target = states.clone(), target.clone()
+    states[..., columns] += noise
+    target[..., columns] -= noise
+    return {**inputs, "states": states}, target
 
 
 def get_lr(step: int, total_steps: int, lr_start: float, lr_end: float) -> float:
@@ -117,16 +155,19 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
         if data.signature.env_name != cfg.env_name:
             raise ValueError(f"the {name} dataset is for {data.signature.env_name}, but the config trains {cfg.env_name}")
     valid_data.signature.check_compatible(sig, what="validation dataset")
+    if cfg.best_checkpoint_by == "rollout" and cfg.rollout_eval.num_envs < 1:
+        raise ValueError("best_checkpoint_by: rollout needs rollout_eval.num_envs > 0; set it or use valid_loss")
 
     start_epoch = 0
     optimizer_state = None
-    best_valid = float("inf")
+    best_score = float("inf")
     if checkpoint is not None:
         model, ckpt_sig, payload = load_checkpoint(checkpoint, device)
         ckpt_sig.check_compatible(sig, what="checkpoint")
         if Path(payload["config"]["dataset"]["train"]).resolve() == Path(cfg.dataset.train).resolve():
             start_epoch, optimizer_state = payload["epoch"] + 1, payload["optimizer_state"]
-            best_valid = _previous_best(Path(checkpoint).parent / "best.pt", logdir / "nn" / "best.pt")
+            best_score = _previous_best(Path(checkpoint).parent / "best.pt", logdir / "nn" / "best.pt",
+                                        cfg.best_checkpoint_by)
     else:
         model = NeRDModel(sig.input_groups, sig.target_dim, cfg.model).to(device)
         # Statistics of every step of the training set, computed once.
@@ -146,17 +187,31 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
     steps_per_epoch = min(batches, cfg.batches_per_epoch or batches)
     total_steps = steps_per_epoch * cfg.num_epochs
     best_path, last_path = logdir / "nn" / "best.pt", logdir / "nn" / "last.pt"
+    noise_columns = noisy_state_columns(sig.layout)
+    noise_std = (cfg.input_noise * model.input_norms["states"].var.sqrt().float().cpu())[noise_columns]
     history: list[dict[str, float]] = []
     started = time.perf_counter()
     step = start_epoch * steps_per_epoch
+    budget = cfg.time_budget_minutes * 60.0 if cfg.time_budget_minutes else None
+    step_seconds = 0.0  # CPU time of batch gathering + optimiser steps so far (this process): what the budget counts
     for epoch in range(start_epoch, cfg.num_epochs):
+        if budget is not None and step_seconds >= budget:
+            break
         epoch_start, losses = time.perf_counter(), []
         # One shuffle per (seed, epoch): a resumed run sees the orders it would have seen uninterrupted.
         generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
         bar = tqdm(train_data.iterate(cfg.batch_size, generator, steps_per_epoch), total=steps_per_epoch,
                    desc=f"epoch {epoch}", disable=not progress)
+        tick = time.process_time()
         for inputs, target in bar:
-            lr = get_lr(step, total_steps, cfg.lr_start, cfg.lr_end)
+            if cfg.input_noise > 0:
+                inputs, target = add_state_noise(inputs, target, noise_columns, noise_std, generator)
+            if budget is not None:
+                if step_seconds >= budget:
+                    break
+                lr = cfg.lr_start + min(step_seconds / budget, 1.0) * (cfg.lr_end - cfg.lr_start)
+            else:
+                lr = get_lr(step, total_steps, cfg.lr_start, cfg.lr_end)
             for group in optimizer.param_groups:
                 group["lr"] = lr
             loss = model.loss(inputs, target)
@@ -165,6 +220,7 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             optimizer.step()
             losses.append(loss.item())
+            step_seconds, tick = step_seconds + time.process_time() - tick, time.process_time()
             if step % 50 == 0:
                 writer.add_scalar("losses/train", loss.item(), step)
                 writer.add_scalar("losses/grad_norm", grad_norm.item(), step)
@@ -188,23 +244,35 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
                   "epoch_seconds": epoch_seconds, **ckpt_metrics}
         history.append(record)
         print(" ".join(f"{k} {v:.5g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()), flush=True)
-        if valid < best_valid:
-            best_valid = valid
-            save_checkpoint(best_path, model, sig, config_dict, epoch=epoch, extra={"valid_loss": valid, **ckpt_metrics})
+        score = valid if cfg.best_checkpoint_by == "valid_loss" else sum(ckpt_metrics.values())
+        if score < best_score:
+            best_score = score
+            save_checkpoint(best_path, model, sig, config_dict, epoch=epoch,
+                            extra={"valid_loss": valid, **ckpt_metrics, "best_checkpoint_by": cfg.best_checkpoint_by,
+                                   "best_score": score})
     writer.close()
-    summary = {"best_valid_loss": best_valid, "best_checkpoint": str(best_path), "last_checkpoint": str(last_path),
+    summary = {"optimizer_steps": step, "windows_seen": step * cfg.batch_size, "step_seconds": step_seconds,
+               "best_checkpoint_by": cfg.best_checkpoint_by, "best_score": best_score,
+               "best_valid_loss": min((r["valid_loss"] for r in history), default=float("nan")),
+               "best_checkpoint": str(best_path), "last_checkpoint": str(last_path),
                "train_seconds": time.perf_counter() - started, "epochs": history,
                "train_windows": len(train_data), "parameters": sum(p.numel() for p in model.parameters())}
     write_text_atomic(logdir / "summary.yaml", yaml.safe_dump(summary, sort_keys=False))
     return summary
 
 
-def _previous_best(source: Path, target: Path) -> float:
-    """Validation loss of a resumed run's best checkpoint, copied into the new run directory if it is elsewhere."""
+def _previous_best(source: Path, target: Path, best_checkpoint_by: str) -> float:
+    """Score of a resumed run's best checkpoint, copied into the new run directory if it is elsewhere.
+
+    A best checkpoint chosen by another criterion scores inf, so the resumed run replaces it.
+    """
     if not source.is_file():
         return float("inf")
     if source.resolve() != target.resolve():
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)
     extra = torch.load(source, map_location="cpu", weights_only=True).get("extra", {})
-    return float(extra.get("valid_loss", float("inf")))
+    # Checkpoints written before the choice existed were selected by validation loss.
+    if extra.get("best_checkpoint_by", "valid_loss") != best_checkpoint_by:
+        return float("inf")
+    return float(extra.get("best_score", extra.get("valid_loss", float("inf"))))

@@ -343,26 +343,36 @@ def record(view_env, colors: Sequence[tuple[float, float, float]], steps: int, f
 
 
 def show_passive(env_name: str, model_path: str | None, env_mode: str, horizon: int, seed: int,
-                 contact_config: int | None = None, device: str = "cpu", **view_args) -> dict:
+                 contact_config: int | None = None, device: str = "cpu", initial_states: str = "data",
+                 mass_matrix_refresh: str | None = None, **view_args) -> dict:
     """Passive motion (zero actions) of the ground truth and, in neural mode, NeRD next to it, from one initial state.
 
-    The initial state is the first one :func:`nerd.evaluation.evaluate_passive` draws for ``seed`` with one env.
-    ``view_args`` go to :func:`record` (viewer, output_path, video, video_size, progress).
+    The initial state is the one :func:`nerd.evaluation.evaluate_passive` draws first for ``seed`` with one env
+    (same ``initial_states`` distribution). ``view_args`` go to :func:`record` (viewer, output_path, video,
+    video_size, progress).
     """
     from envs import make_env
+    from nerd.evaluation import INITIAL_STATES
     from nerd.neural_environment import NeuralEnvironment
 
     if env_mode == "neural" and model_path is None:
         raise ValueError("--env-mode neural needs --model-path")
-    ground_truth = NeuralEnvironment(make_env(env_name, 1, device=device, contact_config=contact_config), None,
-                                     env_mode="ground-truth")
+    if initial_states not in INITIAL_STATES:
+        raise ValueError(f"--initial-states must be one of {', '.join(INITIAL_STATES)}, got '{initial_states}'")
+
+    def build():
+        return make_env(env_name, 1, device=device, contact_config=contact_config,
+                        mass_matrix_refresh=mass_matrix_refresh)
+
+    ground_truth = NeuralEnvironment(build(), None, env_mode="ground-truth")
     sims, colors, labels = [ground_truth], [GROUND_TRUTH_COLOR], ["ground truth"]
     if env_mode == "neural":
-        sims.append(NeuralEnvironment.from_checkpoint(
-            make_env(env_name, 1, device=device, contact_config=contact_config), model_path, env_mode="neural"))
+        sims.append(NeuralEnvironment.from_checkpoint(build(), model_path, env_mode="neural"))
         colors.append(NERD_COLOR)
         labels.append("NeRD")
-    initial = ground_truth.env.sample_reset_states(1, torch.Generator().manual_seed(seed))
+    robot = ground_truth.env.env
+    sample = robot.sample_initial_states if initial_states == "data" else robot.sample_reset_states
+    initial = sample(1, torch.Generator().manual_seed(seed))
     for sim in sims:
         sim.reset(states=initial)
     actions = torch.zeros(1, ground_truth.action_dim, device=ground_truth.torch_device)

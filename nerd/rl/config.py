@@ -41,6 +41,8 @@ class RLEnvConfig:
     """Steps before a time-out; None keeps the task's own (Cartpole 300, Ant 500)."""
     solver: str | None = None
     """Ground-truth solver; None for the robot's default (Featherstone)."""
+    mass_matrix_refresh: str | None = None
+    """Featherstone's mass-matrix refresh, ``"frame"`` or ``"substep"``; None for the robot's default (frame)."""
 
 
 @dataclass

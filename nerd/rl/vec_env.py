@@ -144,7 +144,8 @@ def make_vec_env(cfg: RLEnvConfig, device: str = "cpu", seed: int = 0) -> NeRDVe
         ValueError, FileNotFoundError: See :func:`check_env_config`; also a model for another robot.
     """
     cls = check_env_config(cfg)
-    env = make_env(cfg.robot, cfg.num_envs, device=device, solver=cfg.solver)
+    env = make_env(cfg.robot, cfg.num_envs, device=device, solver=cfg.solver,
+                   mass_matrix_refresh=cfg.mass_matrix_refresh)
     if cfg.env_mode == "neural":
         nenv = NeuralEnvironment.from_checkpoint(env, cfg.nerd_model_path, env_mode="neural")
     else:

@@ -16,8 +16,10 @@ With --viewer or --video the script shows one rollout (ground truth blue, NeRD o
 from pathlib import Path
 
 from envs import ENV_NAMES, env_class
-from nerd.cli import add_common_args, check_output, make_parser, resolve_device, run_main
-from nerd.evaluation import evaluate_passive, format_config_table, format_results, write_results
+from nerd.cli import (
+    add_common_args, add_mass_matrix_refresh_arg, check_output, make_parser, resolve_device, run_main,
+)
+from nerd.evaluation import INITIAL_STATES, evaluate_passive, format_config_table, format_results, write_results
 from nerd.viewer import add_viewer_args, check_viewer_args, show_passive, viewing_requested
 
 
@@ -33,6 +35,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rollout-horizon", type=int, default=100, help="steps per trajectory")
     parser.add_argument("--contact-config", type=int, nargs="+", default=None,
                         help="pendulum ground configuration(s) 0-6; several give one table over them")
+    parser.add_argument("--initial-states", choices=INITIAL_STATES, default="data",
+                        help="'data': the data-generation sampler, the release's protocol (default); "
+                             "'task': the robot's task reset distribution")
+    add_mass_matrix_refresh_arg(parser)
     parser.add_argument("--output", default=None, help="results JSON (a PNG of error vs step is written beside it)")
     add_common_args(parser, seed_default=500)
     add_viewer_args(parser)
@@ -44,8 +50,10 @@ def main(argv: list[str] | None = None) -> None:
         if args.output is not None or len(args.contact_config or [None]) > 1:
             raise ValueError("--viewer/--video show one rollout: drop --output and give at most one --contact-config")
         shown = show_passive(args.env_name, args.model_path, args.env_mode, args.rollout_horizon, args.seed,
-                             (args.contact_config or [None])[0], resolve_device(args.device), viewer=args.viewer,
-                             output_path=args.output_path, video=args.video, video_size=args.video_size)
+                             (args.contact_config or [None])[0], resolve_device(args.device),
+                             initial_states=args.initial_states, mass_matrix_refresh=args.mass_matrix_refresh,
+                             viewer=args.viewer, output_path=args.output_path, video=args.video,
+                             video_size=args.video_size)
         print(f"{shown['frames']} frames in {shown['seconds']:.1f} s" + (f"; wrote {shown['path']}" if shown["path"] else ""))
         return
 
@@ -55,7 +63,8 @@ def main(argv: list[str] | None = None) -> None:
     configs = args.contact_config or [None]
     runs = [
         evaluate_passive(args.env_name, args.model_path, args.env_mode, args.num_envs, args.num_rollouts,
-                         args.rollout_horizon, args.seed, config, resolve_device(args.device))
+                         args.rollout_horizon, args.seed, config, resolve_device(args.device),
+                         initial_states=args.initial_states, mass_matrix_refresh=args.mass_matrix_refresh)
         for config in configs
     ]
     for results in runs:

@@ -10,7 +10,9 @@ Example:
 from pathlib import Path
 
 from envs import ENV_NAMES, env_class
-from nerd.cli import add_common_args, check_output, make_parser, resolve_device, run_main
+from nerd.cli import (
+    add_common_args, add_mass_matrix_refresh_arg, check_output, make_parser, resolve_device, run_main,
+)
 from nerd.generation import GenerationConfig, generate_dataset
 
 
@@ -26,6 +28,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--passive", action="store_true", help="zero torques instead of random ones")
     parser.add_argument("--contact-config", type=int, default=None, help="fixed pendulum ground configuration (0-6)")
     parser.add_argument("--solver", default=None, help="ground-truth solver (default: featherstone)")
+    add_mass_matrix_refresh_arg(parser)
     parser.add_argument("--compression", default="lzf", choices=["lzf", "gzip", "none"],
                         help="HDF5 compression")
     add_common_args(parser)
@@ -37,7 +40,8 @@ def main(argv: list[str] | None = None) -> None:
     cfg = GenerationConfig(
         env_name=args.env_name, num_transitions=args.num_transitions, trajectory_length=args.trajectory_length,
         num_envs=args.num_envs, seed=args.seed, passive=args.passive, contact_config=args.contact_config,
-        solver=args.solver, compression=None if args.compression == "none" else args.compression,
+        solver=args.solver, mass_matrix_refresh=args.mass_matrix_refresh,
+        compression=None if args.compression == "none" else args.compression,
     )
     summary = generate_dataset(cfg, path, device=resolve_device(args.device))
     print(f"wrote {summary.path}: {summary.num_trajectories} trajectories, {summary.num_transitions} transitions, "

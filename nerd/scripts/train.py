@@ -36,7 +36,8 @@ def main(argv: list[str] | None = None) -> None:
         # A new run never mixes with an old one's checkpoints or TensorBoard events.
         clear_run_dir(args.logdir, RUN_DIR_ENTRIES)
     summary = train(cfg, args.logdir, device=resolve_device(args.device), seed=args.seed, checkpoint=args.checkpoint)
-    print(f"best validation loss {summary['best_valid_loss']:.5g} -> {summary['best_checkpoint']} "
+    print(f"best checkpoint by {summary['best_checkpoint_by']} ({summary['best_score']:.5g}) -> {summary['best_checkpoint']}; "
+          f"best validation loss {summary['best_valid_loss']:.5g} "
           f"({summary['train_seconds'] / 60:.1f} min, {summary['parameters']:,} parameters)")
 
 

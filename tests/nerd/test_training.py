@@ -82,9 +82,38 @@ def test_resume_continues_from_the_next_epoch(pendulum_run, tmp_path):
     summary = train(cfg, tmp_path / "resumed", seed=0, checkpoint=root / "logs/nn/last.pt", progress=False)
     assert [e["epoch"] for e in summary["epochs"]] == [2]
     # The best checkpoint so far travels with the resumed run and is replaced only by a better one.
-    previous_best = pendulum_run[2]["best_valid_loss"]
+    previous_best = pendulum_run[2]["best_score"]
     _, _, best = load_checkpoint(tmp_path / "resumed/nn/best.pt")
-    assert best["extra"]["valid_loss"] == min(previous_best, summary["epochs"][0]["valid_loss"])
+    assert best["extra"]["best_score"] == pytest.approx(min(previous_best, rollout_score(summary["epochs"][0])))
+
+
+def rollout_score(epoch: dict) -> float:
+    """The pendulum's rollout selection score: its passive metrics summed (rad + rad)."""
+    return epoch["base_orientation_error"] + epoch["joint_position_error"]
+
+
+@pytest.mark.parametrize("criterion", ["rollout", "valid_loss"])
+def test_best_checkpoint_minimises_the_chosen_criterion(pendulum_run, tmp_path, criterion):
+    """best.pt is the epoch with the lowest rollout error (default) or the lowest validation loss."""
+    root, cfg, summary = pendulum_run
+    if criterion == "valid_loss":
+        summary = train(dataclasses.replace(cfg, best_checkpoint_by="valid_loss"), tmp_path / "v", seed=0, progress=False)
+        best_path = tmp_path / "v/nn/best.pt"
+    else:
+        best_path = root / "logs/nn/best.pt"
+    key = rollout_score if criterion == "rollout" else (lambda e: e["valid_loss"])
+    best_epoch = min(summary["epochs"], key=key)
+    _, _, best = load_checkpoint(best_path)
+    assert best["epoch"] == best_epoch["epoch"] and best["extra"]["best_checkpoint_by"] == criterion
+    assert best["extra"]["best_score"] == pytest.approx(key(best_epoch))
+
+
+def test_rollout_selection_needs_a_rollout(pendulum_run, tmp_path):
+    """Selecting best.pt by rollout error without a per-epoch rollout is refused up front."""
+    _, cfg, _ = pendulum_run
+    cfg = dataclasses.replace(cfg, rollout_eval=dataclasses.replace(cfg.rollout_eval, num_envs=0))
+    with pytest.raises(ValueError, match="rollout_eval.num_envs"):
+        train(cfg, tmp_path / "x", seed=0, progress=False)
 
 
 def test_ground_truth_evaluation_has_zero_error(pendulum_run):
@@ -108,3 +137,44 @@ def test_learning_rate_decays_linearly():
     assert get_lr(0, 11, 1e-3, 1e-4) == 1e-3
     assert abs(get_lr(10, 11, 1e-3, 1e-4) - 1e-4) < 1e-12
     assert abs(get_lr(5, 11, 1e-3, 1e-4) - 5.5e-4) < 1e-12
+
+
+def test_one_evaluation_reports_every_standard_horizon(pendulum_run):
+    """H = 120 reports H = 100 and 120 from one run, each the mean of the per-step curve up to that step."""
+    root, _, _ = pendulum_run
+    results = evaluate_passive("PendulumWithContact", str(root / "logs/nn/best.pt"), "neural", 4, 4, 120, seed=500,
+                               contact_config=1, progress=False)
+    assert list(results["metrics_by_horizon"]) == ["100", "120"] and results["initial_states"] == "data"
+    curve = torch.tensor(results["error_vs_step"]["joint_position_error"], dtype=torch.float64)
+    assert results["metrics_by_horizon"]["100"]["joint_position_error"] == pytest.approx(curve[:100].mean().item())
+    assert results["metrics_by_horizon"]["120"] == results["metrics"]
+    with pytest.raises(ValueError, match="--initial-states"):
+        evaluate_passive("PendulumWithContact", None, "ground-truth", 1, 1, 1, seed=0, initial_states="reset")
+
+
+def test_state_noise_targets_land_on_the_true_next_state():
+    """Perturbed inputs with corrected targets integrate back to the unperturbed next state (Cartpole and Ant)."""
+    from nerd.representation import (anchor_pose, compute_target, integrate_target, states_from_anchor_frame,
+                                         states_to_anchor_frame)
+    from nerd.training import add_state_noise, noisy_state_columns
+
+    for name in ("Cartpole", "Ant"):
+        env = make_env(name, 3)
+        sig = signature_of_env(env)
+        gen = torch.Generator().manual_seed(0)
+        s0 = env.sample_initial_states(3, gen)
+        env.reset(states=s0)
+        env.step_with_joint_act(env.sample_random_torques(3, gen))
+        s1, anchor = env.get_states(), None
+        if sig.states_frame == "body":
+            anchor = anchor_pose(s0, sig.layout)
+        target = compute_target(s0, s1, anchor, sig.layout)
+        columns = noisy_state_columns(sig.layout)
+        std = torch.full((len(columns),), 0.1)
+        s0_b = states_to_anchor_frame(s0, anchor, sig.layout)[:, None]
+        inputs, noisy_target = add_state_noise({"states": s0_b}, target[:, None], columns, std, gen)
+        # Inputs live in the anchor frame (base velocities are rotated into it); the sampler keeps angles in [-pi, pi).
+        noisy_s0 = states_from_anchor_frame(inputs["states"][:, 0], anchor, sig.layout)
+        assert (noisy_s0 - s0).abs().max() > 1e-3
+        landed = integrate_target(noisy_s0, noisy_target[:, 0], anchor, sig.layout)
+        torch.testing.assert_close(landed, s1, atol=2e-5, rtol=1e-5)
