@@ -1,4 +1,4 @@
-"""Print a dataset's summary and write a PNG of state histograms and a few trajectories.
+"""Print a dataset's summary and write a PNG of every state coordinate and joint torque (histogram, trajectories).
 
 Thin wrapper around :mod:`nerd.scripts.visualize` (installed as ``nerd-visualize``); ``--help`` lists the options.
 """
