@@ -1,7 +1,7 @@
 """Seeing rollouts: off-screen frames of ground truth next to NeRD, video files, viewer flags and their errors."""
 
 import ctypes.util
-import os
+import shutil
 
 import numpy as np
 import pytest
@@ -11,7 +11,7 @@ from envs import make_env
 from nerd.checkpoint import save_checkpoint
 from nerd.features import signature_of_env
 from nerd.models.nerd_model import NeRDModel
-from nerd.viewer import GROUND_TRUTH_COLOR, NERD_COLOR, RobotView, make_offscreen_viewer
+from nerd.viewer import GROUND_TRUTH_COLOR, NERD_COLOR, RobotView, VideoWriter, make_offscreen_viewer
 from tests.nerd.test_integrator import TINY
 from tests.scripts.test_entry_points import error_lines, run_script
 
@@ -126,3 +126,23 @@ def test_usd_viewer_writes_a_stage_or_names_the_extra(tmp_path, monkeypatch, cap
         return
     assert code == 0, err
     assert "timeSamples" in usd.read_text()  # an animated stage, not just the model
+
+
+def test_file_viewer_records_every_frame(tmp_path, monkeypatch, capsys):
+    """--viewer file writes Newton's own recording of the rollout (one state per frame)."""
+    recording = tmp_path / "rollout.json"
+    code, out, err = run_script("eval/eval_passive_motion.py", "--env-name", "Cartpole", "--env-mode", "ground-truth",
+                                "--rollout-horizon", "4", "--viewer", "file", "--output-path", str(recording),
+                                monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 0, err
+    assert "5 frames in" in out and recording.stat().st_size > 1000
+
+
+@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg not installed (MP4 only; GIFs need no program)")
+def test_mp4_writer(tmp_path):
+    """MP4 frames go through ffmpeg; an odd frame size is padded to the even size H.264 needs."""
+    writer = VideoWriter(tmp_path / "clip.mp4")
+    for value in (0, 120, 240):
+        writer.add(np.full((45, 81, 3), value, dtype=np.uint8))
+    path = writer.close()
+    assert path.stat().st_size > 100 and not list(tmp_path.glob(".*tmp*"))
