@@ -16,11 +16,30 @@ from nerd.errors import RolloutDivergedError, UserError, first_line
 USER_ERRORS = (UserError, OSError, RolloutDivergedError)
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Keeps the module docstring's examples as written and shows every option's default.
+
+    Defaults that say nothing (None, False of a flag) are left out, and so is a default the help text already
+    explains.
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        help_text = action.help or ""
+        if action.default is None or action.default is False or "default" in help_text or action.default == []:
+            return help_text
+        return super()._get_help_string(action)
+
+
+def make_parser(description: str | None) -> argparse.ArgumentParser:
+    """An argument parser for an entry point: its docstring as description, defaults shown in ``--help``."""
+    return argparse.ArgumentParser(description=description, formatter_class=HelpFormatter)
+
+
 def add_common_args(parser: argparse.ArgumentParser, seed_default: int | None = 0) -> None:
     """Add ``--device``, ``--overwrite`` and, unless ``seed_default`` is None, ``--seed``."""
-    parser.add_argument("--device", default="cpu", help="'cpu', 'cuda' or 'cuda:N' (default: cpu)")
+    parser.add_argument("--device", default="cpu", help="'cpu', 'cuda' or 'cuda:N'")
     if seed_default is not None:
-        parser.add_argument("--seed", type=int, default=seed_default, help=f"random seed (default: {seed_default})")
+        parser.add_argument("--seed", type=int, default=seed_default, help="random seed")
     parser.add_argument("--overwrite", action="store_true", help="replace existing outputs")
 
 
@@ -94,4 +113,5 @@ def run_main(main: Callable[[], None]) -> None:
         sys.exit(1)
 
 
-__all__ = ["add_common_args", "add_mass_matrix_refresh_arg", "check_output", "resolve_device", "run_main"]
+__all__ = ["HelpFormatter", "add_common_args", "add_mass_matrix_refresh_arg", "add_overrides_arg", "check_output",
+           "make_parser", "resolve_device", "run_main"]

@@ -106,6 +106,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
         "sim_substeps": env.sim_substeps,
         "trajectory_length": T, "seed": cfg.seed, "generator_settings": asdict(cfg),
         "random_ground_planes": random_planes,
+        "state_names": env.state_names(), "joint_act_names": env.joint_act_names(),
     }
     buffers = {name: torch.empty(T, n, *shape, device=env.torch_device) for name, shape in field_shapes.items()}
     gravity = torch.tensor([0.0, 0.0, -1.0], device=env.torch_device).expand(n, 3)

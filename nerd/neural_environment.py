@@ -133,6 +133,10 @@ class NeuralEnvironment:
         """Contact features of the current state, world frame."""
         return self.env.get_contacts()
 
+    def get_body_q(self) -> torch.Tensor:
+        """Poses of all bodies (N, bodies_per_env, 7), world frame."""
+        return self.env.get_body_q()
+
     def compute_torques(self, actions: torch.Tensor) -> torch.Tensor:
         """The robot's controller."""
         return self.env.compute_torques(actions)

@@ -214,6 +214,10 @@ class GroundContacts:
         wp.to_torch(self._plane_normal)[rows] = normals.to(self._torch_device)
         wp.to_torch(self._plane_point)[rows] = torch.as_tensor(points, dtype=torch.float32).to(self._torch_device)
 
+    def planes(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Copies of each env's ground plane: (normals (N, 3), points (N, 3)), world frame."""
+        return wp.to_torch(self._plane_normal).clone(), wp.to_torch(self._plane_point).clone()
+
     def features(self, body_q: wp.array) -> dict[str, torch.Tensor]:
         """:func:`contact_features` of the current contact set, each (N, 0, ·) for a robot without candidates."""
         if self.contacts is None:

@@ -180,6 +180,45 @@ class Environment:
         """Width of one env's state vector, dof_q + dof_qd."""
         return self.dof_q + self.dof_qd
 
+    def state_names(self) -> list[str]:
+        """Name and unit of every state coordinate, ``[joint_q..., joint_qd...]``, e.g. ``"pole_hinge q [rad]"``.
+
+        A free joint's coordinates are ``x y z [m]``, ``qx qy qz qw`` (quaternion, unitless), linear velocity
+        ``vx vy vz [m/s]`` and angular velocity ``wx wy wz [rad/s]``; hinges are [rad], [rad/s], sliders [m], [m/s].
+        """
+        q_names, qd_names, _ = self._coordinate_names()
+        return q_names + qd_names
+
+    def joint_act_names(self) -> list[str]:
+        """Name and unit of every joint torque (:attr:`joint_acts` columns), e.g. ``"slider [N]"``."""
+        return [self._coordinate_names()[2][i] for i in self.act_dof_indices]
+
+    def _coordinate_names(self) -> tuple[list[str], list[str], list[str]]:
+        """Names of joint_q, joint_qd and joint_f entries of one env (indices if a joint type is not covered)."""
+        q_names, qd_names, f_names = [], [], []
+        joints = self.model.joint_count // self.num_envs
+        labels, types = self.model.joint_label[:joints], self.model.joint_type.numpy()[:joints]
+        for label, joint_type in zip(labels, types, strict=True):
+            label = label.rsplit("/", 1)[-1]
+            if joint_type == newton.JointType.FREE:
+                q_names += [f"{label} {c} [m]" for c in "xyz"] + [f"{label} q{c}" for c in "xyzw"]
+                qd_names += [f"{label} v{c} [m/s]" for c in "xyz"] + [f"{label} w{c} [rad/s]" for c in "xyz"]
+                f_names += [f"{label} f{c} [N]" for c in "xyz"] + [f"{label} t{c} [N·m]" for c in "xyz"]
+            elif joint_type == newton.JointType.PRISMATIC:
+                q_names.append(f"{label} q [m]")
+                qd_names.append(f"{label} qd [m/s]")
+                f_names.append(f"{label} [N]")
+            elif joint_type == newton.JointType.REVOLUTE:
+                q_names.append(f"{label} q [rad]")
+                qd_names.append(f"{label} qd [rad/s]")
+                f_names.append(f"{label} [N·m]")
+        if len(q_names) != self.dof_q or len(qd_names) != self.dof_qd:
+            # A joint type not named above: indices rather than wrong labels.
+            q_names = [f"q[{i}]" for i in range(self.dof_q)]
+            qd_names = [f"qd[{i}]" for i in range(self.dof_qd)]
+            f_names = [f"f[{i}]" for i in range(self.dof_qd)]
+        return q_names, qd_names, f_names
+
     def get_states(self) -> torch.Tensor:
         """Copy of the current states, (N, dof_q + dof_qd), world frame."""
         self.synchronize()
@@ -209,6 +248,15 @@ class Environment:
         """Pose [p, quat xyzw] of each env's anchor body, (N, 7), world frame."""
         self.synchronize()
         return self._body_q[:, self.anchor_body].clone()
+
+    def get_body_q(self) -> torch.Tensor:
+        """Poses [p, quat xyzw] of all bodies, (N, bodies_per_env, 7), world frame (what a viewer draws)."""
+        self.synchronize()
+        return self._body_q.clone()
+
+    def get_ground_planes(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(normals (N, 3), points (N, 3)) of each env's ground plane, world frame."""
+        return self.ground.planes()
 
     def reset(self, env_ids: Sequence[int] | torch.Tensor | None = None, states: torch.Tensor | None = None,
               generator: torch.Generator | None = None) -> None:

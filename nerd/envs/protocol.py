@@ -67,6 +67,10 @@ class RobotEnv(Protocol):
         """Pose [p, quat xyzw] (N, 7) of each env's anchor body, world frame."""
         ...
 
+    def get_body_q(self) -> torch.Tensor:
+        """Poses [p, quat xyzw] (N, bodies_per_env, 7) of all bodies, world frame."""
+        ...
+
     def get_contacts(self) -> dict[str, torch.Tensor]:
         """Contact features of the current state (N, C, ·), world frame."""
         ...

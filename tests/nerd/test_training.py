@@ -190,6 +190,34 @@ def test_state_noise_targets_land_on_the_true_next_state():
         torch.testing.assert_close(landed, s1, atol=2e-5, rtol=1e-5)
 
 
+def test_evaluation_std_is_the_spread_of_per_rollout_means(pendulum_run):
+    """metrics_std is the population std over rollouts of each rollout's mean error, across batches (6 rollouts
+    in batches of 4, the last one partly used), recomputed here from the same rollouts."""
+
+    from nerd.evaluation import rollout, state_errors
+    from nerd.neural_environment import NeuralEnvironment
+
+    root, _, _ = pendulum_run
+    model = str(root / "logs/nn/best.pt")
+    results = evaluate_passive("PendulumWithContact", model, "neural", 4, 6, 12, seed=500, contact_config=1,
+                               progress=False)
+    env = make_env("PendulumWithContact", 4, contact_config=1)
+    nenv = NeuralEnvironment.from_checkpoint(env, model, env_mode="ground-truth")
+    generator = torch.Generator().manual_seed(500)
+    means = []
+    for keep in (4, 2):
+        initial = env.sample_initial_states(4, generator)
+        gt, pred = rollout(nenv, initial, 12, "ground-truth"), rollout(nenv, initial, 12, "neural")
+        means.append(state_errors(gt[1:, :keep], pred[1:, :keep], env)["joint_position_error"].double().mean(0))
+    means = torch.cat(means)
+    assert results["metrics"]["joint_position_error"] == pytest.approx(means.mean().item())
+    assert results["metrics_std"]["joint_position_error"] == pytest.approx(means.std(correction=0).item())
+    assert results["metrics_std"]["joint_position_error"] > 0
+    examples = results["example_trajectories"]
+    assert len(examples["ground_truth"]) == 3 and len(examples["ground_truth"][0]) == 13
+    assert examples["state_names"] == ["joint_0 q [rad]", "joint_1 q [rad]"]
+
+
 def test_unrolled_window_with_a_perfect_model_keeps_the_data():
     """With a model that predicts the data's own targets, the unrolled inputs and corrected targets are the data's."""
     from nerd.training import unroll_window

@@ -47,9 +47,12 @@ def test_generate_train_evaluate_from_another_directory(tmp_path):
     out = run(str(REPO / "eval/eval_passive_motion.py"), "--env-name", "Cartpole", "--model-path", "run/nn/best.pt",
               "--env-mode", "neural", "--num-envs", "4", "--num-rollouts", "4", "--rollout-horizon", "20",
               "--output", "eval/result.json")
-    assert "cart_position_error" in out
+    assert "cart_position_error" in out and " ± " in out and "env-steps/s: ground truth" in out
     results = json.loads((tmp_path / "eval/result.json").read_text())
     assert len(results["error_vs_step"]["pole_angle_error"]) == 20
+    assert results["metric_units"] == {"cart_position_error": "m", "pole_angle_error": "rad"}
+    assert set(results["metrics_std"]) == set(results["metrics"]) and results["env_steps_per_second"]["evaluated"] > 0
+    assert "example_trajectories" not in results  # plotted, not stored
     assert (tmp_path / "eval/result.png").stat().st_size > 1000
 
 
