@@ -301,7 +301,7 @@ def test_linear_skip_learns_a_linear_map_far_better():
         model = NeRDModel(GROUPS, output_dim=4, cfg=cfg)
         mixing = torch.randn(model.input_dim, 4)
 
-        def batch():
+        def batch(mixing=mixing):
             inputs = random_inputs(32, 4)
             return inputs, torch.cat([inputs[name] for name in GROUPS], dim=-1) @ mixing
 
