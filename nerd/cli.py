@@ -65,6 +65,9 @@ def resolve_device(device: str) -> str:
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
             raise UserError(f"--device {device}: no CUDA device is available; use --device cpu")
+        index = device.partition(":")[2]
+        if index and (not index.isdigit() or int(index) >= torch.cuda.device_count()):
+            raise UserError(f"--device {device}: no such CUDA device ({torch.cuda.device_count()} present)")
         return "cuda:0" if device == "cuda" else device
     if device != "cpu":
         raise UserError(f"--device must be 'cpu', 'cuda' or 'cuda:N', got '{device}'")

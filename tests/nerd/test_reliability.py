@@ -16,6 +16,7 @@ from nerd.config import ConfigError, apply_overrides, from_dict
 from nerd.datasets.hdf5 import DatasetError, TrajectoryWriter
 from nerd.datasets.windows import TrajectoryWindows
 from nerd.envs import make_env
+from nerd.errors import UserError
 from nerd.generation import GenerationConfig, generate_dataset
 from nerd.models.transformer import TransformerConfig
 from nerd.run_dir import write_text_atomic
@@ -121,3 +122,23 @@ def test_sigterm_during_generation_leaves_no_partial_file(tmp_path):
     assert proc.returncode == 143, err[-2000:]
     assert "terminated" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_train_command_refuses_before_touching_a_previous_run(tmp_path):
+    """--device cuda without a GPU, the removed --checkpoint, or a run directory without --overwrite: one error
+    before anything in the old run changes."""
+    from nerd.scripts.train import main
+
+    run = tmp_path / "run"
+    (run / "nn").mkdir(parents=True)
+    (run / "nn/last.pt").write_text("old")
+    (run / "config.yaml").write_text("env_name: Cartpole\n")
+    cfg = str(REPO / "cfg/train/Cartpole/cpu.yaml")
+    cases = [(["--cfg", cfg, "--overwrite", "--device", "cuda:7"], "--device"),
+             (["--cfg", cfg, "--checkpoint", str(run / "nn/last.pt")], "use --resume .* or --init-from"),
+             (["--cfg", cfg, "--init-from", str(run / "nn/last.pt")], "holds a run; pass --overwrite"),
+             (["--resume", "--overwrite"], "pick one")]
+    for args, message in cases:
+        with pytest.raises((UserError, FileExistsError), match=message):
+            main(["--logdir", str(run), *args])
+        assert (run / "nn/last.pt").read_text() == "old" and (run / "config.yaml").exists()
