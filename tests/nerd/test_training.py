@@ -100,10 +100,10 @@ def test_resume_refuses_a_changed_model_history_or_training_file(pendulum_run, t
     shutil.copytree(root / "logs", tmp_path / "run")
     before = (tmp_path / "run/nn/last.pt").read_bytes()
     bigger = dataclasses.replace(cfg.model, transformer=dataclasses.replace(cfg.model.transformer, n_layer=2))
+    other_data = dataclasses.replace(cfg.dataset, train=cfg.dataset.valid)
     for changed, message in ((dataclasses.replace(cfg, model=bigger), r"model.transformer.n_layer 1 -> 2"),
                              (dataclasses.replace(cfg, history_length=5), "history_length 10 -> 5"),
-                             (dataclasses.replace(cfg, dataset=dataclasses.replace(cfg.dataset, train=cfg.dataset.valid)),
-                              "dataset.train")):
+                             (dataclasses.replace(cfg, dataset=other_data), "dataset.train")):
         with pytest.raises(ConfigError, match=message):
             train(changed, tmp_path / "run", seed=0, resume=True, progress=False)
     assert (tmp_path / "run/nn/last.pt").read_bytes() == before
