@@ -82,6 +82,23 @@ def check_output(path: str | Path, overwrite: bool) -> Path:
     return path
 
 
+def check_json_output(path: str | Path, overwrite: bool, sibling_suffix: str | None) -> tuple[Path, Path | None]:
+    """Check a ``--output`` results JSON and the file written beside it (``sibling_suffix``, e.g. ``.png``).
+
+    The path must end in ``.json``, so that the sibling (same name, other suffix) can never be the same file;
+    neither may exist without ``--overwrite``. Returns (JSON path, sibling path or None).
+    """
+    path = Path(path)
+    if path.suffix.lower() != ".json":
+        beside = f" (the {sibling_suffix} file is written beside it)" if sibling_suffix else ""
+        raise UserError(f"--output {path}: give a .json path{beside}")
+    sibling = path.with_suffix(sibling_suffix) if sibling_suffix else None
+    for target in (path, sibling):
+        if target is not None:
+            check_output(target, overwrite)
+    return path, sibling
+
+
 class Terminated(KeyboardInterrupt):
     """Raised in the main thread on SIGTERM."""
 
@@ -116,5 +133,5 @@ def run_main(main: Callable[[], None]) -> None:
         sys.exit(1)
 
 
-__all__ = ["HelpFormatter", "add_common_args", "add_mass_matrix_refresh_arg", "add_overrides_arg", "check_output",
-           "make_parser", "resolve_device", "run_main"]
+__all__ = ["HelpFormatter", "add_common_args", "add_mass_matrix_refresh_arg", "add_overrides_arg", "check_json_output",
+           "check_output", "make_parser", "resolve_device", "run_main"]
