@@ -45,6 +45,9 @@ class PolicyEvalConfig:
     """Parallel envs."""
     seed: int = 500
     """Seed of the initial states (the same for every policy and simulator)."""
+    episode_length: int | None = None
+    """Steps before a time-out; None keeps the RL config's (for quick checks, e.g. ``--cfg-overrides
+    episode_length=20``)."""
 
 
 def _stats(rewards: list[float]) -> dict[str, float]:
@@ -70,6 +73,8 @@ def batch_evaluate(cfg: PolicyEvalConfig, device: str = "cpu", progress: bool = 
     rl_cfg.env.num_envs = min(cfg.num_envs, cfg.num_games)
     if cfg.nerd_model_path is not None:
         rl_cfg.env.nerd_model_path = cfg.nerd_model_path
+    if cfg.episode_length is not None:
+        rl_cfg.env.episode_length = cfg.episode_length
     env_cfgs = {}
     for simulator in dict.fromkeys(cfg.simulators):
         env_cfg = copy.deepcopy(rl_cfg.env)
