@@ -27,7 +27,8 @@ def env_class(name: str) -> type[Environment]:
 
 
 def make_env(name: str, num_envs: int, device: str = "cpu", solver: str | None = None, use_graph: bool = True,
-             contact_config: int | None = None, mass_matrix_refresh: str | None = None) -> AbstractContactEnvironment:
+             contact_config: int | None = None, mass_matrix_refresh: str | None = None,
+             contact_friction: str | None = None) -> AbstractContactEnvironment:
     """Build robot ``name`` with ``num_envs`` copies, wrapped with its fixed-size ground contacts.
 
     Args:
@@ -35,6 +36,8 @@ def make_env(name: str, num_envs: int, device: str = "cpu", solver: str | None =
             None keeps the default ground, the plane z = 0.
         mass_matrix_refresh: Featherstone's mass-matrix refresh, ``"frame"`` (the release's) or ``"substep"``;
             None keeps the robot's default (see :data:`envs.environment.MASS_MATRIX_REFRESH`).
+        contact_friction: Ground-contact friction law, ``"release"`` (warp.sim's) or ``"coulomb"`` (Newton's);
+            None keeps the robot's default (see :data:`envs.environment.CONTACT_FRICTION`).
     """
     from nerd.contacts import AbstractContactEnvironment
 
@@ -42,7 +45,7 @@ def make_env(name: str, num_envs: int, device: str = "cpu", solver: str | None =
     if contact_config is not None and not hasattr(cls, "ground_plane"):
         raise ValueError(f"{name} has a single ground; --contact-config applies to PendulumWithContact only")
     env = AbstractContactEnvironment(cls(num_envs, device=device, solver=solver, use_graph=use_graph,
-                                          mass_matrix_refresh=mass_matrix_refresh))
+                                          mass_matrix_refresh=mass_matrix_refresh, contact_friction=contact_friction))
     if contact_config is not None:
         normal, point = cls.ground_plane(contact_config)
         env.set_ground_planes(normal.expand(num_envs, 3), point.expand(num_envs, 3))

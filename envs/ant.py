@@ -12,7 +12,23 @@ file a 0.91 kg ant):
 
 Inertias are those of these shapes at these densities (Newton integrates them). Legs lie in the torso's
 local xy plane along the diagonals; hips turn about z (+-0.698 rad), ankles about the horizontal axis
-perpendicular to the leg.
+perpendicular to the leg. Contacts use the release's friction law (``contact_friction = "release"``, see
+:data:`envs.environment.CONTACT_FRICTION`).
+
+Distributions: data generation (spec §8) starts from :meth:`Ant.sample_initial_states`; the task reset (RL
+episodes, passive evaluation with ``--initial-states task``) is the release's, :meth:`Ant.sample_reset_states`,
+restated Z-up. The release's world is Y-up with the torso's body frame (the MJCF's, Z-up) turned by
+q_c = rot(x, -pi/2); ours is Z-up with the same body frame unturned, so a body-frame quantity carries over
+unchanged and a world vector (X, Y, Z) of the release is (X, -Z, Y) here (robots.md §0.1). From the default
+pose (torso 1.0 m up, upright, hinges ``DEFAULT_HINGES``):
+
+* torso position + (U(+-0.2), U(+-0.2), U(+-0.1)) m (the release's (0.2, 0.1, 0.2) in Y-up axes);
+* orientation q ⊗ rot(axis, angle), axis = normalise(U(+-1)³), angle = U(+-1)·pi/6 (a body-frame tilt);
+* hinges + U(+-0.2) rad each, not clamped to their limits;
+* angular velocity R·0.25·U(+-1)³ (body-frame draw, world axes); the release adds R·0.1·U(+-1)³ to its free
+  joint's linear velocity, which is the twist's v_o (the velocity of the body point at the world origin), so
+  the torso's COM velocity is v_o + ω × p;
+* hinge rates 0.25·U(+-1) for hinges 2..8; the release's loop skips the first hinge, whose rate stays 0.
 """
 
 from __future__ import annotations
@@ -25,7 +41,7 @@ import torch
 import warp as wp
 
 from envs.environment import Environment, uniform
-from nerd.frames import quat_from_euler_xyz, quat_rotate
+from nerd.frames import quat_from_axis_angle, quat_from_euler_xyz, quat_mul, quat_rotate
 
 TORSO_RADIUS = 0.25  # [m]
 TORSO_DENSITY = 5.0  # [kg/m^3]
@@ -39,7 +55,8 @@ ARMATURE = 0.05
 JOINT_LIMIT_KE, JOINT_LIMIT_KD = 1.0e3, 1.0e2
 CONTACT_KE, CONTACT_KD, CONTACT_KF, CONTACT_MU = 4.0e4, 1.0e2, 3.0e3, 0.75
 ACTION_SCALE = 400.0  # [N·m] per unit action
-START_HEIGHT = 0.75  # [m] torso height of the default state
+START_HEIGHT = 1.0  # [m] torso height of the default state (the release's)
+DEFAULT_HINGES = (0.0, 1.0, 0.0, -1.0, 0.0, -1.0, 0.0, 1.0)  # [rad] the release's: hips 0, ankles +-1
 # Legs in MuJoCo order: (name, direction in the torso's xy plane, ankle axis, sign of the ankle range).
 LEGS = (
     ("front_left", (1.0, 1.0), (-1.0, 1.0, 0.0), 1.0),
@@ -55,6 +72,14 @@ INIT_ANG_VEL_RANGE = math.pi  # [rad/s] body-frame angular velocity
 INIT_LIN_VEL_RANGE = 1.0  # [m/s] body-frame linear velocity
 INIT_JOINT_VEL_RANGE = 2.0 * math.pi  # [rad/s]
 TORQUE_NOISE_SCALE = 400.0  # [N·m]
+# Task reset (the release's, Z-up).
+RESET_POSITION_RANGE = (0.2, 0.2, 0.1)  # [m] x, y, z
+RESET_TILT_RANGE = math.pi / 6  # [rad]
+RESET_HINGE_RANGE = 0.2  # [rad]
+RESET_ANG_VEL_RANGE = 0.25  # [rad/s], torso axes
+RESET_LIN_VEL_RANGE = 0.1  # [m/s], torso axes, added to the twist's v_o
+RESET_HINGE_VEL_RANGE = 0.25  # [rad/s]
+HINGES = 8
 
 
 def ankle_range(ankle_sign: float) -> tuple[float, float]:
@@ -86,6 +111,7 @@ class Ant(Environment):
     """MuJoCo ant, 15/14 DoF (free base + 8 hinges), 25 contact candidates, 117.05 kg."""
 
     name = "Ant"
+    contact_friction = "release"
     frame_dt = 1.0 / 60.0
     sim_substeps = 16
     states_frame = "body"
@@ -139,12 +165,11 @@ class Ant(Environment):
         return actions.clamp(-1.0, 1.0) * ACTION_SCALE
 
     def default_states(self, n: int) -> torch.Tensor:
-        """Upright torso at 0.75 m, joints at zero (or at the nearest limit), at rest: (n, 29)."""
+        """The release's default pose at rest: upright torso 1.0 m up, hinges ``DEFAULT_HINGES``, (n, 29)."""
         q = torch.zeros(n, self.dof_q)
         q[:, 2] = START_HEIGHT
         q[:, 6] = 1.0
-        for leg, (*_, ankle_sign) in enumerate(LEGS):
-            q[:, 7 + 2 * leg + 1] = ankle_sign * ANKLE_LIMITS[0]
+        q[:, 7:] = torch.tensor(DEFAULT_HINGES)
         return torch.cat([q, torch.zeros(n, self.dof_qd)], dim=1).to(self.torch_device)
 
     def sample_initial_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
@@ -168,3 +193,22 @@ class Ant(Environment):
     def sample_random_torques(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """Hinge torques uniform in [-400, 400] N·m."""
         return uniform([-TORQUE_NOISE_SCALE] * 8, [TORQUE_NOISE_SCALE] * 8, n, generator).to(self.torch_device)
+
+    def sample_reset_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """The release's task reset (module docstring), (n, 29), world frame."""
+        states = self.default_states(n).cpu()
+        q, qd = states[:, :15], states[:, 15:]  # views: writing them fills ``states``
+        q[:, 0:3] += uniform([-r for r in RESET_POSITION_RANGE], RESET_POSITION_RANGE, n, generator)
+        axis = uniform([-1.0] * 3, [1.0] * 3, n, generator)
+        angle = uniform(-RESET_TILT_RANGE, RESET_TILT_RANGE, n, generator).squeeze(1)
+        quat = quat_mul(q[:, 3:7], quat_from_axis_angle(axis, angle))
+        q[:, 3:7] = quat
+        q[:, 7:15] += uniform([-RESET_HINGE_RANGE] * HINGES, [RESET_HINGE_RANGE] * HINGES, n, generator)
+        ang = quat_rotate(quat, uniform([-RESET_ANG_VEL_RANGE] * 3, [RESET_ANG_VEL_RANGE] * 3, n, generator))
+        v_o = quat_rotate(quat, uniform([-RESET_LIN_VEL_RANGE] * 3, [RESET_LIN_VEL_RANGE] * 3, n, generator))
+        # Newton's free joint takes the COM velocity (the torso's COM is its origin p): v = v_o + ω × p.
+        qd[:, 0:3] = v_o + torch.cross(ang, q[:, 0:3], dim=1)
+        qd[:, 3:6] = ang
+        qd[:, 7:] = uniform([-RESET_HINGE_VEL_RANGE] * (HINGES - 1), [RESET_HINGE_VEL_RANGE] * (HINGES - 1), n,
+                            generator)
+        return states.to(self.torch_device)

@@ -32,6 +32,13 @@ paper's data and models come from this dynamics), or ``"substep"`` at every subs
 more accurate integration. Bias forces, contacts and limits are evaluated at every substep either way."""
 
 
+CONTACT_FRICTION = ("release", "coulomb")
+"""Friction law of the ground contacts (:func:`nerd.contacts.eval_ground_contact_forces`, robots.md §0.3):
+``"release"`` warp.sim's Huber-smoothed law, which the NeRD release's ground truth used (mostly viscous: friction
+can exceed mu·|Fn| several-fold around 0.5 m/s), or ``"coulomb"`` Newton 1.8's, viscous kf·|vt| capped at
+mu·|Fn|. The normal spring-damper is the same in both."""
+
+
 def make_solver(name: str, model: newton.Model, sim_substeps: int, mass_matrix_refresh: str) -> newton.solvers.SolverBase:
     """Build ground-truth solver ``name`` for ``model``; ``mass_matrix_refresh`` applies to Featherstone only."""
     if name == "featherstone":
@@ -60,6 +67,7 @@ class Environment:
         use_graph: Capture the frame step as a Warp graph (CPU and CUDA) and replay it. The uncaptured
             path is kept for debugging and for differentiable use.
         mass_matrix_refresh: One of :data:`MASS_MATRIX_REFRESH`; None keeps the robot's default.
+        contact_friction: One of :data:`CONTACT_FRICTION`; None keeps the robot's default.
     """
 
     name: ClassVar[str] = ""
@@ -76,13 +84,15 @@ class Environment:
     default_solver: ClassVar[str] = "featherstone"
     mass_matrix_refresh: ClassVar[str] = "frame"
     """Default of :data:`MASS_MATRIX_REFRESH` for this robot (the release's: once per frame)."""
+    contact_friction: ClassVar[str] = "coulomb"
+    """Default of :data:`CONTACT_FRICTION` for this robot."""
     passive_metrics: ClassVar[dict[str, tuple[str, tuple[int, ...]]]] = {}
     """Passive-motion metrics (spec §9): name -> (kind, joint_q indices). Kinds: ``"abs"`` mean |dq| over the
     indices (wrapped for continuous joints), ``"position"`` base position distance, ``"orientation"`` base
     rotation angle."""
 
     def __init__(self, num_envs: int, device: str = "cpu", solver: str | None = None, use_graph: bool = True,
-                 mass_matrix_refresh: str | None = None):
+                 mass_matrix_refresh: str | None = None, contact_friction: str | None = None):
         if num_envs < 1:
             raise ValueError(f"num_envs must be at least 1, got {num_envs}")
         solver = solver or self.default_solver
@@ -92,6 +102,10 @@ class Environment:
         if mass_matrix_refresh not in MASS_MATRIX_REFRESH:
             raise ValueError(f"unknown mass-matrix refresh '{mass_matrix_refresh}'; valid: {', '.join(MASS_MATRIX_REFRESH)}")
         self.mass_matrix_refresh = mass_matrix_refresh
+        contact_friction = contact_friction or type(self).contact_friction
+        if contact_friction not in CONTACT_FRICTION:
+            raise ValueError(f"unknown contact friction '{contact_friction}'; valid: {', '.join(CONTACT_FRICTION)}")
+        self.contact_friction = contact_friction
         self.num_envs = num_envs
         self.device = wp.get_device(device)
         self.torch_device = wp.device_to_torch(self.device)
@@ -118,6 +132,7 @@ class Environment:
         self.control = self.model.control()
         self.contacts: newton.Contacts | None = None
         self._collide: Callable[[], None] | None = None
+        self._contact_forces: Callable[[newton.State], None] | None = None
         self._graph = None
 
         self.dof_q = self.model.joint_coord_count // num_envs
@@ -223,10 +238,17 @@ class Environment:
 
     # ----------------------------------------------------------------------------------------------
     # stepping
-    def set_collision_stage(self, collide: Callable[[], None] | None, contacts: newton.Contacts | None) -> None:
-        """Install the collision stage (run after every frame and state change) and the solver's contact set."""
+    def set_collision_stage(self, collide: Callable[[], None] | None, contacts: newton.Contacts | None,
+                            contact_forces: Callable[[newton.State], None] | None = None) -> None:
+        """Install the collision stage (run after every frame and state change) and the frame's contact set.
+
+        With ``contact_forces``, the contacts are turned into body wrenches by that function, called on every
+        substep's input state (it adds them to ``state.body_f``, which Featherstone consumes), and the solver
+        itself is given no contacts; without it, the solver evaluates ``contacts`` with its own law.
+        """
         self._collide = collide
         self.contacts = contacts
+        self._contact_forces = contact_forces
         self._graph = None  # the captured frame no longer matches
         if collide is not None:
             collide()
@@ -275,7 +297,11 @@ class Environment:
         for i in range(self.sim_substeps):
             src, dst = states[i % 2], states[(i + 1) % 2]
             src.clear_forces()
-            self.solver.step(src, dst, self.control, self.contacts, self.sim_dt)
+            if self._contact_forces is not None:
+                self._contact_forces(src)
+                self.solver.step(src, dst, self.control, None, self.sim_dt)
+            else:
+                self.solver.step(src, dst, self.control, self.contacts, self.sim_dt)
         # state_0 always holds the current state, so the captured graph can be replayed as is.
         if self.sim_substeps % 2 == 1:
             self.state_0.assign(self.state_1)
