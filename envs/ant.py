@@ -25,9 +25,8 @@ pose (torso 1.0 m up, upright, hinges ``DEFAULT_HINGES``):
 * torso position + (U(+-0.2), U(+-0.2), U(+-0.1)) m (the release's (0.2, 0.1, 0.2) in Y-up axes);
 * orientation q ⊗ rot(axis, angle), axis = normalise(U(+-1)³), angle = U(+-1)·pi/6 (a body-frame tilt);
 * hinges + U(+-0.2) rad each, not clamped to their limits;
-* angular velocity R·0.25·U(+-1)³ (body-frame draw, world axes); the release adds R·0.1·U(+-1)³ to its free
-  joint's linear velocity, which is the twist's v_o (the velocity of the body point at the world origin), so
-  the torso's COM velocity is v_o + ω × p;
+* angular velocity R·0.25·U(+-1)³ and COM velocity R·0.1·U(+-1)³ (body-frame draws, world axes; the release
+  writes the latter into its free joint's twist as v_o = p × ω + R·0.1·U, whose COM velocity is R·0.1·U);
 * hinge rates 0.25·U(+-1) for hinges 2..8; the release's loop skips the first hinge, whose rate stays 0.
 """
 
@@ -53,7 +52,11 @@ HIP_LIMIT = 0.698  # [rad]
 ANKLE_LIMITS = (0.524, 1.745)  # [rad]
 ARMATURE = 0.05
 JOINT_LIMIT_KE, JOINT_LIMIT_KD = 1.0e3, 1.0e2
+# Contact material of the release's ant shapes, and of its ground plane: the release never sets the ground's
+# material, so it keeps warp.sim's defaults. A contact averages the two shapes' materials (robots.md §0.3);
+# our ground is not a shape, so the ant's shapes carry the averages (ke 7e4, kd 550, kf 2e3, mu 0.625).
 CONTACT_KE, CONTACT_KD, CONTACT_KF, CONTACT_MU = 4.0e4, 1.0e2, 3.0e3, 0.75
+GROUND_KE, GROUND_KD, GROUND_KF, GROUND_MU = 1.0e5, 1.0e3, 1.0e3, 0.5
 ACTION_SCALE = 400.0  # [N·m] per unit action
 START_HEIGHT = 1.0  # [m] torso height of the default state (the release's)
 DEFAULT_HINGES = (0.0, 1.0, 0.0, -1.0, 0.0, -1.0, 0.0, 1.0)  # [rad] the release's: hips 0, ankles +-1
@@ -77,7 +80,7 @@ RESET_POSITION_RANGE = (0.2, 0.2, 0.1)  # [m] x, y, z
 RESET_TILT_RANGE = math.pi / 6  # [rad]
 RESET_HINGE_RANGE = 0.2  # [rad]
 RESET_ANG_VEL_RANGE = 0.25  # [rad/s], torso axes
-RESET_LIN_VEL_RANGE = 0.1  # [m/s], torso axes, added to the twist's v_o
+RESET_LIN_VEL_RANGE = 0.1  # [m/s], torso axes
 RESET_HINGE_VEL_RANGE = 0.25  # [rad/s]
 HINGES = 8
 
@@ -125,7 +128,8 @@ class Ant(Environment):
     def build_robot(self, builder: newton.ModelBuilder) -> None:
         """Add the torso (free joint) and the four two-hinge legs."""
         leg_cfg = newton.ModelBuilder.ShapeConfig(
-            density=LEG_DENSITY, ke=CONTACT_KE, kd=CONTACT_KD, kf=CONTACT_KF, mu=CONTACT_MU
+            density=LEG_DENSITY, ke=(CONTACT_KE + GROUND_KE) / 2, kd=(CONTACT_KD + GROUND_KD) / 2,
+            kf=(CONTACT_KF + GROUND_KF) / 2, mu=(CONTACT_MU + GROUND_MU) / 2,
         )
         torso_cfg = leg_cfg.copy()
         torso_cfg.density = TORSO_DENSITY
@@ -205,9 +209,7 @@ class Ant(Environment):
         q[:, 3:7] = quat
         q[:, 7:15] += uniform([-RESET_HINGE_RANGE] * HINGES, [RESET_HINGE_RANGE] * HINGES, n, generator)
         ang = quat_rotate(quat, uniform([-RESET_ANG_VEL_RANGE] * 3, [RESET_ANG_VEL_RANGE] * 3, n, generator))
-        v_o = quat_rotate(quat, uniform([-RESET_LIN_VEL_RANGE] * 3, [RESET_LIN_VEL_RANGE] * 3, n, generator))
-        # Newton's free joint takes the COM velocity (the torso's COM is its origin p): v = v_o + ω × p.
-        qd[:, 0:3] = v_o + torch.cross(ang, q[:, 0:3], dim=1)
+        qd[:, 0:3] = quat_rotate(quat, uniform([-RESET_LIN_VEL_RANGE] * 3, [RESET_LIN_VEL_RANGE] * 3, n, generator))
         qd[:, 3:6] = ang
         qd[:, 7:] = uniform([-RESET_HINGE_VEL_RANGE] * (HINGES - 1), [RESET_HINGE_VEL_RANGE] * (HINGES - 1), n,
                             generator)

@@ -48,6 +48,8 @@ class GenerationConfig:
     """Ground-truth solver; None uses the robot's default (Featherstone)."""
     mass_matrix_refresh: str | None = None
     """Featherstone's mass-matrix refresh, ``"frame"`` or ``"substep"``; None for the robot's default (frame)."""
+    contact_friction: str | None = None
+    """Ground-contact friction law, ``"release"`` or ``"coulomb"``; None for the robot's default (Ant: release)."""
     compression: str | None = "lzf"
     """HDF5 compression filter: ``"lzf"`` (about half the size, a few % slower), ``"gzip"`` or None."""
 
@@ -87,7 +89,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
     num_trajectories = math.ceil(cfg.num_transitions / cfg.trajectory_length)
     num_envs = min(cfg.num_envs, num_trajectories)
     env = make_env(cfg.env_name, num_envs, device=device, solver=cfg.solver, contact_config=cfg.contact_config,
-                   mass_matrix_refresh=cfg.mass_matrix_refresh)
+                   mass_matrix_refresh=cfg.mass_matrix_refresh, contact_friction=cfg.contact_friction)
     random_planes = cfg.contact_config is None and hasattr(env.env, "sample_ground_planes")
     generator = torch.Generator().manual_seed(cfg.seed)
     n, T, c = num_envs, cfg.trajectory_length, env.contact_count
@@ -99,7 +101,8 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
     attrs = {
         "env_name": cfg.env_name, "engine": "newton", "newton_version": newton.__version__,
         "warp_version": wp.config.version, "solver": env.solver_name,
-        "mass_matrix_refresh": env.mass_matrix_refresh, "frame_dt": env.frame_dt,
+        "mass_matrix_refresh": env.mass_matrix_refresh, "contact_friction": env.contact_friction,
+        "frame_dt": env.frame_dt,
         "sim_substeps": env.sim_substeps, "states_frame": env.states_frame, "dof_q": env.dof_q,
         "dof_qd": env.dof_qd, "state_dim": env.state_dim, "joint_act_dim": env.act_dim, "contact_count": c,
         "continuous_q_indices": list(env.continuous_q_indices), "floating_base": env.floating_base,
