@@ -3,7 +3,9 @@
 Measures, with a warm Warp kernel cache (compile time is measured separately, in a subprocess with an empty
 cache, and never counted in throughput):
 
-* env-steps/s (frames x envs per second) of every robot at N = 1, 64, 512, captured graph vs plain launches;
+* env-steps/s (frames x envs per second) of every robot at N = 1, 64, 512, captured graph vs plain launches,
+  with Featherstone's mass matrix refreshed once per frame (the release's setting, the default) and, captured,
+  every substep (Newton's default);
 * dataset generation transitions/s vs raw captured stepping at the same N and trajectory length.
 
 Writes ``bench/results/envs.json`` and prints a Markdown table.
@@ -11,6 +13,7 @@ Writes ``bench/results/envs.json`` and prints a Markdown table.
 Example:
     python bench/bench_envs.py                 # everything (a few minutes on 2 CPU cores)
     python bench/bench_envs.py --quick         # N = 1 and 64 only, no cold-cache compile
+    python bench/bench_envs.py --stepping-only # stepping table only (no generation, no cold-cache compile)
 """
 
 import argparse
@@ -33,9 +36,9 @@ from nerd.run_dir import write_text_atomic
 MIN_SECONDS = 1.5  # time each measurement at least this long
 
 
-def steps_per_second(name: str, num_envs: int, use_graph: bool, device: str) -> float:
+def steps_per_second(name: str, num_envs: int, use_graph: bool, device: str, mass_matrix_refresh: str = "frame") -> float:
     """Frames x envs per second of zero-torque stepping (after one warm-up frame that loads/captures)."""
-    env = make_env(name, num_envs, device=device, use_graph=use_graph)
+    env = make_env(name, num_envs, device=device, use_graph=use_graph, mass_matrix_refresh=mass_matrix_refresh)
     env.reset(generator=torch.Generator().manual_seed(0))
     torques = torch.zeros(num_envs, env.act_dim, device=env.torch_device)
     env.step_with_joint_act(torques)
@@ -95,6 +98,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--quick", action="store_true", help="N = 1 and 64 only, skip cold-cache compile times")
+    parser.add_argument("--stepping-only", action="store_true", help="skip generation and cold-cache compile")
     parser.add_argument("--output", default=str(Path(__file__).parent / "results" / "envs.json"))
     args = parser.parse_args()
     device = resolve_device(args.device)
@@ -106,8 +110,13 @@ def main() -> None:
         for n in sizes:
             captured = steps_per_second(name, n, True, device)
             plain = steps_per_second(name, n, False, device)
-            results["stepping"].append({"env": name, "num_envs": n, "captured": captured, "uncaptured": plain})
-            print(f"{name:<20} N={n:<4} captured {captured:>12,.0f}  uncaptured {plain:>12,.0f} env-steps/s", flush=True)
+            substep = steps_per_second(name, n, True, device, mass_matrix_refresh="substep")
+            results["stepping"].append({"env": name, "num_envs": n, "captured": captured, "uncaptured": plain,
+                                        "captured_substep_refresh": substep})
+            print(f"{name:<20} N={n:<4} captured {captured:>12,.0f}  uncaptured {plain:>12,.0f}  "
+                  f"captured, per-substep mass matrix {substep:>12,.0f} env-steps/s", flush=True)
+        if args.stepping_only:
+            continue
         if not args.quick:
             results["compile"][name] = cold_compile_seconds(name, device)
             print(f"{name:<20} cold-cache build + first frame {results['compile'][name]:.1f} s", flush=True)
@@ -120,10 +129,12 @@ def main() -> None:
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out, json.dumps(results, indent=2))
-    print("\n| robot | N | captured env-steps/s | uncaptured env-steps/s | speed-up |\n|---|---|---|---|---|")
+    print("\n| robot | N | captured env-steps/s | uncaptured env-steps/s | speed-up | captured, mass matrix every "
+          "substep | frame vs substep refresh |\n|---|---|---|---|---|---|---|")
     for row in results["stepping"]:
         print(f"| {row['env']} | {row['num_envs']} | {row['captured']:,.0f} | {row['uncaptured']:,.0f} | "
-              f"{row['captured'] / row['uncaptured']:.1f}x |")
+              f"{row['captured'] / row['uncaptured']:.1f}x | {row['captured_substep_refresh']:,.0f} | "
+              f"{row['captured'] / row['captured_substep_refresh']:.1f}x |")
     print("\n| robot | N | raw stepping /s | generation /s (lzf) | ratio | generation /s (uncompressed) | ratio "
           "| cold compile (s) |\n|---|---|---|---|---|---|---|---|")
     for name, row in results["generation"].items():

@@ -255,7 +255,14 @@ class Environment:
 
     def step(self, actions: torch.Tensor) -> None:
         """Advance one frame with policy actions (N, action_dim) through the robot's controller."""
+        self.check_actions(actions)
         self.step_with_joint_act(self.compute_torques(actions))
+
+    def check_actions(self, actions: torch.Tensor) -> None:
+        """Raise a one-line ValueError unless ``actions`` is (N, action_dim) (NaN is caught on the torques)."""
+        if actions.shape != (self.num_envs, self.action_dim):
+            raise ValueError(f"{self.name}: actions must have shape ({self.num_envs}, {self.action_dim}), "
+                             f"got {tuple(actions.shape)}")
 
     def step_with_joint_act(self, joint_acts: torch.Tensor) -> None:
         """Advance one frame with joint torques (N, act_dim) held constant over the substeps."""
@@ -269,6 +276,9 @@ class Environment:
                 f"{self.name}: joint torques must have shape ({self.num_envs}, {self.act_dim}), "
                 f"got {tuple(joint_acts.shape)}"
             )
+        if not bool(torch.isfinite(joint_acts).all()):
+            # Reject here, the one place both modes pass through: the solver would silently return NaN states.
+            raise ValueError(f"{self.name}: joint torques (or the actions they come from) contain NaN or inf")
         self.joint_acts.copy_(joint_acts)
         self._joint_f[:, self.act_dof_indices] = self.joint_acts
         self.sync_torch_writes()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -61,6 +62,14 @@ def check_output(path: str | Path, overwrite: bool) -> Path:
     return path
 
 
+class Terminated(KeyboardInterrupt):
+    """Raised in the main thread on SIGTERM."""
+
+
+def _raise_terminated(signum: int, frame) -> None:
+    raise Terminated()
+
+
 def run_main(main: Callable[[], None]) -> None:
     """Run an entry point: user errors become one line on stderr and exit code 1; Ctrl-C exits 130.
 
@@ -72,8 +81,13 @@ def run_main(main: Callable[[], None]) -> None:
 
     if os.environ.get("NERD_VERBOSE_WARP", "0") != "1":
         warp.config.log_level = warp.LOG_WARNING
+    # SIGTERM (kill, a scheduler's time-out) unwinds like Ctrl-C, so partial outputs are cleaned up the same way.
+    signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         main()
+    except Terminated:
+        print("terminated", file=sys.stderr)
+        sys.exit(143)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)

@@ -8,12 +8,15 @@ naming the dotted key, so a typo in a config file fails at load time instead of 
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+
+from nerd.errors import first_line
 
 T = TypeVar("T")
 
@@ -65,6 +68,14 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             raise ConfigError(f"config key '{key}': expected a mapping for {tp.__name__}, got {value!r}")
         return from_dict(tp, value, prefix=key)
     if tp is float:
+        if isinstance(value, str):
+            # PyYAML (YAML 1.1) reads 1e-3 (no dot) as a string; accept any finite decimal number written so.
+            try:
+                value = float(value)
+            except ValueError:
+                raise ConfigError(f"config key '{key}': expected a number, got {value!r}") from None
+            if not math.isfinite(value):
+                raise ConfigError(f"config key '{key}': expected a finite number, got {value!r}")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"config key '{key}': expected a number, got {value!r}")
         return float(value)
@@ -115,7 +126,25 @@ def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
             kwargs[name] = _coerce(data[name], hints[name], key)
         elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
             raise ConfigError(f"missing required config key '{key}'")
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ConfigError as err:
+        # A dataclass's own range checks name their field; add where the section sits in the whole config.
+        raise ConfigError(str(err).replace("config key '", f"config key '{prefix}.", 1) if prefix else str(err)) from None
+
+
+def check_range(key: str, value: float | int | None, low: float | None = None, high: float | None = None,
+                low_open: bool = False) -> None:
+    """Raise a ConfigError naming ``key`` unless ``value`` (None is accepted) lies in the given range."""
+    if value is None:
+        return
+    too_low = low is not None and (value <= low if low_open else value < low)
+    too_high = high is not None and value > high
+    if too_low or too_high:
+        bounds = f"{'>' if low_open else '>='} {low}" if low is not None else ""
+        if high is not None:
+            bounds += (" and " if bounds else "") + f"<= {high}"
+        raise ConfigError(f"config key '{key}': must be {bounds}, got {value!r}")
 
 
 def to_dict(obj: Any) -> dict[str, Any]:
@@ -138,7 +167,10 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"override '{item}': '{part}' is not a section")
-        node[parts[-1]] = yaml.safe_load(raw)
+        try:
+            node[parts[-1]] = yaml.safe_load(raw)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"override '{item}': the value does not parse ({first_line(err)})") from None
     return result
 
 

@@ -53,8 +53,9 @@ class NeuralEnvironment:
         nerd_model, signature, payload = load_checkpoint(path, device=env.torch_device)
         signature.check_compatible(signature_of_env(env))
         history_length = payload.get("config", {}).get("history_length")
-        if not isinstance(history_length, int):
-            raise ValueError(f"{path}: the checkpoint's config does not state its history_length")
+        if not isinstance(history_length, int) or isinstance(history_length, bool) or history_length < 1:
+            raise ValueError(f"{path}: the checkpoint's config does not state a valid history_length "
+                             f"(got {history_length!r})")
         return cls(env, nerd_model, env_mode, history_length=history_length)
 
     def __getattr__(self, name: str):
@@ -70,6 +71,7 @@ class NeuralEnvironment:
 
     def step(self, actions: torch.Tensor) -> None:
         """Advance one frame with policy actions (N, action_dim) through the robot's controller."""
+        self.env.check_actions(actions)
         self.step_with_joint_act(self.env.compute_torques(actions))
 
     def step_with_joint_act(self, joint_acts: torch.Tensor) -> None:

@@ -18,8 +18,10 @@ import yaml
 from tqdm import tqdm
 
 from nerd.checkpoint import load_checkpoint, save_checkpoint
-from nerd.config import to_dict
+from nerd.config import check_range, to_dict
 from nerd.datasets.windows import TrajectoryWindows
+from nerd.errors import RolloutDivergedError
+from nerd.frames import wrap_angle
 from nerd.models import ModelConfig
 from nerd.models.nerd_model import NeRDModel
 from nerd.run_dir import clear_run_dir, write_run_record, write_text_atomic
@@ -91,10 +93,29 @@ class TrainConfig:
     steer a perturbed state back to the true next state: the state-noise trick of learned particle simulators,
     which trades one-step accuracy for rollout stability. Only coordinates whose target is a plain difference
     are perturbed (not a floating base's own pose, which is the anchor)."""
+    unroll_steps: int = 1
+    """Multi-step loss: the last ``unroll_steps - 1`` positions of each window take the model's own predicted
+    states as inputs (autoregressively, with gradients through the unroll) and are trained to land on the true
+    next states; 1 is plain teacher forcing. Costs ``unroll_steps`` forward passes per batch. World-frame robots
+    without a floating base only (their state inputs are the states themselves)."""
     best_checkpoint_by: Literal["rollout", "valid_loss"] = "rollout"
     """What ``nn/best.pt`` minimises: ``"rollout"`` the sum of the per-epoch rollout's error metrics (what a NeRD
     model is for; the one-step loss can fall while the rollout error grows), or ``"valid_loss"`` the one-step
     validation loss."""
+
+    def __post_init__(self) -> None:
+        # Values that would run but mislead (an empty epoch, a negative clip) are refused when the config loads.
+        for key in ("history_length", "batch_size", "num_epochs", "valid_batches", "unroll_steps"):
+            check_range(key, getattr(self, key), low=1)
+        check_range("batches_per_epoch", self.batches_per_epoch, low=1)
+        check_range("dataset.max_train_trajectories", self.dataset.max_train_trajectories, low=1)
+        check_range("grad_clip", self.grad_clip, low=0, low_open=True)
+        check_range("lr_start", self.lr_start, low=0, low_open=True)
+        check_range("lr_end", self.lr_end, low=0)
+        check_range("input_noise", self.input_noise, low=0)
+        check_range("time_budget_minutes", self.time_budget_minutes, low=0, low_open=True)
+        check_range("rollout_eval.num_envs", self.rollout_eval.num_envs, low=0)
+        check_range("rollout_eval.horizon", self.rollout_eval.horizon, low=1)
 
 
 def noisy_state_columns(layout) -> torch.Tensor:
@@ -118,6 +139,38 @@ def add_state_noise(inputs: dict[str, torch.Tensor], target: torch.Tensor, colum
     states[..., columns] += noise
     target[..., columns] -= noise
     return {**inputs, "states": states}, target
+
+
+def unroll_window(model: NeRDModel, inputs: dict[str, torch.Tensor], target: torch.Tensor, layout, steps: int
+                  ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Replace the state inputs of the last ``steps - 1`` window positions by the model's own rollout.
+
+    Position p's prediction, integrated from its (possibly predicted) input, becomes position p + 1's input, with
+    gradients; each unrolled position's target is corrected to land on the true next state. World-frame layouts
+    only: there a state input is the state itself (continuous joints wrapped) and a target its plain difference.
+    """
+    true_states = inputs["states"]
+    states = true_states.clone()
+    horizon = states.shape[1]
+    wrap = list(layout.continuous_q_indices)
+    for p in range(horizon - steps, horizon - 1):
+        prefix = {name: x[:, : p + 1] for name, x in inputs.items()}
+        prediction = model.target_norm.denormalize(model({**prefix, "states": states[:, : p + 1]})[:, p])
+        next_state = states[:, p] + prediction
+        if wrap:
+            next_state = _wrap_columns(next_state, wrap)
+        states = torch.cat([states[:, : p + 1], next_state[:, None], states[:, p + 2 :]], dim=1)
+    offset = states - true_states
+    if wrap:
+        offset = _wrap_columns(offset, wrap)
+    return {**inputs, "states": states}, target - offset
+
+
+def _wrap_columns(x: torch.Tensor, columns: list[int]) -> torch.Tensor:
+    """``x`` with ``columns`` of the last axis wrapped into [-pi, pi), differentiably (no in-place writes)."""
+    mask = torch.zeros(x.shape[-1], dtype=torch.bool, device=x.device)
+    mask[columns] = True
+    return torch.where(mask, wrap_angle(x), x)
 
 
 def get_lr(step: int, total_steps: int, lr_start: float, lr_end: float) -> float:
@@ -155,6 +208,10 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
         if data.signature.env_name != cfg.env_name:
             raise ValueError(f"the {name} dataset is for {data.signature.env_name}, but the config trains {cfg.env_name}")
     valid_data.signature.check_compatible(sig, what="validation dataset")
+    if cfg.unroll_steps < 1 or cfg.unroll_steps > cfg.history_length:
+        raise ValueError(f"unroll_steps must lie in [1, history_length = {cfg.history_length}], got {cfg.unroll_steps}")
+    if cfg.unroll_steps > 1 and (sig.states_frame != "world" or sig.floating_base):
+        raise ValueError(f"unroll_steps > 1 supports world-frame robots without a floating base; {sig.env_name} is not one")
     if cfg.best_checkpoint_by == "rollout" and cfg.rollout_eval.num_envs < 1:
         raise ValueError("best_checkpoint_by: rollout needs rollout_eval.num_envs > 0; set it or use valid_loss")
 
@@ -206,6 +263,8 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
         for inputs, target in bar:
             if cfg.input_noise > 0:
                 inputs, target = add_state_noise(inputs, target, noise_columns, noise_std, generator)
+            if cfg.unroll_steps > 1:
+                inputs, target = unroll_window(model, inputs, target, sig.layout, cfg.unroll_steps)
             if budget is not None:
                 if step_seconds >= budget:
                     break
@@ -215,6 +274,9 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
             for group in optimizer.param_groups:
                 group["lr"] = lr
             loss = model.loss(inputs, target)
+            if not torch.isfinite(loss):
+                raise RolloutDivergedError(f"training diverged: the loss is {loss.item()} at step {step} (epoch {epoch}); "
+                                           "lower lr_start or check the data")
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)

@@ -53,7 +53,14 @@ class TrajectoryWriter:
         self.path = Path(path)
         self.partial_path = self.path.with_name(self.path.name + ".partial")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = h5py.File(self.partial_path, "w")
+        # The lock is taken before the partial file is opened: a second writer of the same output must fail
+        # without truncating the first one's work.
+        self._lock = _ExclusiveLock(self.path.with_name(self.path.name + ".lock"))
+        try:
+            self._file = h5py.File(self.partial_path, "w")
+        except BaseException:
+            self._lock.release()
+            raise
         self.num_trajectories = 0
         self.trajectory_length = trajectory_length
         group = self._file.create_group("data")
@@ -101,6 +108,7 @@ class TrajectoryWriter:
         self._file.attrs["complete"] = True
         self._file.close()
         os.replace(self.partial_path, self.path)
+        self._lock.release()
         return self.path
 
     def abort(self) -> None:
@@ -109,6 +117,32 @@ class TrajectoryWriter:
             self._file.close()
         finally:
             self.partial_path.unlink(missing_ok=True)
+            self._lock.release()
+
+
+class _ExclusiveLock:
+    """An advisory lock file held for the life of a writer (released by the OS if the process dies)."""
+
+    def __init__(self, path: Path):
+        import fcntl
+
+        self.path = path
+        self._fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._fd)
+            self._fd = None
+            raise DatasetError(f"another process is writing {path.with_suffix('')}; wait for it or choose another "
+                               "output") from None
+
+    def release(self) -> None:
+        """Remove the lock file and release the lock (idempotent)."""
+        if self._fd is None:
+            return
+        self.path.unlink(missing_ok=True)
+        os.close(self._fd)
+        self._fd = None
 
 
 def read_attrs(path: str | Path) -> dict[str, Any]:

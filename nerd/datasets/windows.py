@@ -51,6 +51,11 @@ class TrajectoryWindows:
             for start in range(0, total, _CONVERT_CHUNK):
                 stop = min(start + _CONVERT_CHUNK, total)
                 raw = {name: torch.from_numpy(data[name][start:stop]) for name in data}
+                for name, values in raw.items():
+                    bad = int((~torch.isfinite(values)).sum())
+                    if bad:
+                        raise DatasetError(f"{path}: field '{name}' holds {bad} non-finite values "
+                                           f"(trajectories {start}..{stop - 1}); regenerate the dataset")
                 groups, anchor = build_inputs(self.signature, raw["states"], raw["root_body_q"], raw["joint_acts"], raw)
                 for name, value in groups.items():
                     inputs.setdefault(name, []).append(value)

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from nerd.config import check_range
 from nerd.models.mlp import build_mlp, check_tokens
 
 
@@ -36,6 +37,11 @@ class TransformerConfig:
     """Whether the blocks' LayerNorms and linear layers (and the final norm/projection) have biases."""
     head_hidden: list[int] = field(default_factory=lambda: [64])
     """Hidden widths of the ReLU MLP head that maps the projected features to the prediction."""
+
+    def __post_init__(self) -> None:
+        for key in ("n_layer", "n_head", "n_embd", "block_size"):
+            check_range(key, getattr(self, key), low=1)
+        check_range("dropout", self.dropout, low=0, high=1)
 
 
 class CausalSelfAttention(nn.Module):

@@ -178,3 +178,59 @@ def test_state_noise_targets_land_on_the_true_next_state():
         assert (noisy_s0 - s0).abs().max() > 1e-3
         landed = integrate_target(noisy_s0, noisy_target[:, 0], anchor, sig.layout)
         torch.testing.assert_close(landed, s1, atol=2e-5, rtol=1e-5)
+
+
+def test_unrolled_window_with_a_perfect_model_keeps_the_data():
+    """With a model that predicts the data's own targets, the unrolled inputs and corrected targets are the data's."""
+    from nerd.training import unroll_window
+
+    env = make_env("Cartpole", 4)
+    sig = signature_of_env(env)
+    gen = torch.Generator().manual_seed(0)
+    env.reset(states=env.sample_initial_states(4, gen))
+    states, nexts = [], []
+    for _ in range(6):
+        states.append(env.get_states())
+        env.step_with_joint_act(env.sample_random_torques(4, gen))
+        nexts.append(env.get_states())
+    from nerd.representation import compute_target, states_to_anchor_frame
+
+    s, s1 = torch.stack(states, 1), torch.stack(nexts, 1)
+    inputs = {"states": states_to_anchor_frame(s, None, sig.layout), "joint_acts": torch.zeros(4, 6, 2)}
+    seen_lengths = []
+    target = compute_target(s, s1, None, sig.layout)
+
+    class Oracle(torch.nn.Module):
+        """Returns the normalised data targets (causal: position p sees only its own target)."""
+
+        def __init__(self):
+            super().__init__()
+            from nerd.normalization import RunningMeanStd
+
+            self.target_norm = RunningMeanStd(4)
+
+        def forward(self, x):
+            assert {v.shape[1] for v in x.values()} == {x["states"].shape[1]}, "groups must share the window length"
+            seen_lengths.append(x["states"].shape[1])
+            return self.target_norm.normalize(target[:, : x["states"].shape[1]])
+
+    new_inputs, new_target = unroll_window(Oracle(), inputs, target, sig.layout, steps=4)
+    torch.testing.assert_close(new_inputs["states"], inputs["states"], atol=1e-5, rtol=0)
+    torch.testing.assert_close(new_target, target, atol=1e-5, rtol=0)
+    assert seen_lengths == [3, 4, 5]
+    # A biased model: the unrolled inputs drift and the targets pull them back onto the data.
+    biased = Oracle()
+    biased.forward = lambda x: biased.target_norm.normalize(target[:, : x["states"].shape[1]] + 0.01)
+    drift_inputs, drift_target = unroll_window(biased, inputs, target, sig.layout, steps=4)
+    offset = drift_inputs["states"] - inputs["states"]
+    assert offset[:, :3].abs().max() == 0 and offset[:, -1].abs().min() > 0.029
+    torch.testing.assert_close(drift_target, target - offset, atol=1e-5, rtol=0)
+
+
+def test_unrolled_training_is_refused_where_unsupported(pendulum_run, tmp_path):
+    """unroll_steps > 1 needs a world-frame robot, and cannot exceed the history."""
+    _, cfg, _ = pendulum_run
+    with pytest.raises(ValueError, match="world-frame"):
+        train(dataclasses.replace(cfg, unroll_steps=3), tmp_path / "u", seed=0, progress=False)
+    with pytest.raises(ValueError, match="unroll_steps must lie"):
+        train(dataclasses.replace(cfg, unroll_steps=11), tmp_path / "u", seed=0, progress=False)
