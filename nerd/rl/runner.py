@@ -10,9 +10,9 @@ lets it create the vec env through the rl-games registry. The run directory hold
     <logdir>/summaries/           TensorBoard scalars written by rl-games (rewards/, losses/, performance/)
     <logdir>/train_summary.json   mean episode reward and length after every epoch
 
-Playback loads an rl-games checkpoint (tensors and numpy scalars only, ``weights_only=True``) into rl-games' player network and
-runs the deterministic policy (the Gaussian's mean) over exactly ``num_games`` episodes: each batch resets every
-env and counts only the first episode of each, so short episodes are not over-represented.
+Playback loads an rl-games checkpoint (tensors and numpy scalars only, ``weights_only=True``) into rl-games' player
+network and runs the deterministic policy (the Gaussian's mean) over exactly ``num_games`` episodes: each batch
+resets every env and counts only the first episode of each, so short episodes are not over-represented.
 """
 
 from __future__ import annotations

@@ -94,7 +94,8 @@ class NeRDVecEnv(IVecEnv):
         self.last_actions = actions
         finite = torch.isfinite(states).all(dim=1)
         zero = torch.zeros((), device=self.device)
-        terms = {name: torch.where(finite, value, zero) for name, value in self.task.reward_terms(states, actions).items()}
+        terms = {name: torch.where(finite, value, zero)
+                 for name, value in self.task.reward_terms(states, actions).items()}
         rewards = torch.stack(list(terms.values())).sum(dim=0)
         terminated = self.task.terminations(states) | ~finite
         time_outs = (self.progress >= self.episode_length) & ~terminated

@@ -9,9 +9,9 @@ velocity v [m/s] and angular velocity ω [rad/s] in world axes; up vector u = R 
 (the body's +x axis, between the front-left and back-right legs). Per step, on the state after the step, with
 no action cost (reward scale 1, bias 0):
 
-    run:         r = v_x + 0.1 u_z + h_x                                        (release: lin_vel.x + 0.1 up.y + heading.x)
-    spin:        r = ω_z + u_z                                                  (release: ang_vel.y + up.y)
-    spin_track:  r = 5 exp(−(ω_z − 5)² − 0.1 ω_x² − 0.1 ω_y²) + 0.1 u_z           (target yaw rate fixed at 5 rad/s)
+    run:         r = v_x + 0.1 u_z + h_x                          (release: lin_vel.x + 0.1 up.y + heading.x)
+    spin:        r = ω_z + u_z                                    (release: ang_vel.y + up.y)
+    spin_track:  r = 5 exp(−(ω_z − 5)² − 0.1 ω_x² − 0.1 ω_y²) + 0.1 u_z     (target yaw rate fixed: 5 rad/s)
 
 The release's world is Y-up; a vector (x, y, z) here is (x, z, −y) there (robots.md §0.1), so its up axis y is
 our z and its x is our x: the formulas keep their meaning (spin: counter-clockwise seen from above).
