@@ -36,7 +36,7 @@ def make_env(name: str, num_envs: int, device: str = "cpu", solver: str | None =
             None keeps the default ground, the plane z = 0.
         mass_matrix_refresh: Featherstone's mass-matrix refresh, ``"frame"`` (the release's) or ``"substep"``;
             None keeps the robot's default (see :data:`envs.environment.MASS_MATRIX_REFRESH`).
-        contact_friction: Ground-contact friction law, ``"release"`` (warp.sim's) or ``"coulomb"`` (Newton's);
+        contact_friction: Ground-contact friction law, ``"coulomb"`` (Newton's) or ``"huber"`` (warp.sim's);
             None keeps the robot's default (see :data:`envs.environment.CONTACT_FRICTION`).
     """
     from nerd.contacts import AbstractContactEnvironment

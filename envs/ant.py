@@ -12,8 +12,9 @@ file a 0.91 kg ant):
 
 Inertias are those of these shapes at these densities (Newton integrates them). Legs lie in the torso's
 local xy plane along the diagonals; hips turn about z (+-0.698 rad), ankles about the horizontal axis
-perpendicular to the leg. Contacts use the release's friction law (``contact_friction = "release"``, see
-:data:`envs.environment.CONTACT_FRICTION`).
+perpendicular to the leg. Contact friction is Newton's Coulomb law (``contact_friction``, see
+:data:`envs.environment.CONTACT_FRICTION`: the release's policies score the paper's rewards with it, not with
+warp.sim's Huber-smoothed law).
 
 Distributions: data generation (spec §8) starts from :meth:`Ant.sample_initial_states`; the task reset (RL
 episodes, passive evaluation with ``--initial-states task``) is the release's, :meth:`Ant.sample_reset_states`,
@@ -114,7 +115,7 @@ class Ant(Environment):
     """MuJoCo ant, 15/14 DoF (free base + 8 hinges), 25 contact candidates, 117.05 kg."""
 
     name = "Ant"
-    contact_friction = "release"
+    contact_friction = "coulomb"
     frame_dt = 1.0 / 60.0
     sim_substeps = 16
     states_frame = "body"

@@ -27,7 +27,7 @@ def main() -> None:
     parser.add_argument("--num-games", type=int, default=2048, help="episodes per policy (default: 2048)")
     parser.add_argument("--num-envs", type=int, default=2048, help="parallel envs (default: 2048)")
     parser.add_argument("--contact-friction", choices=CONTACT_FRICTION, default=None,
-                        help="ground-contact friction law (default: the Ant's, release)")
+                        help="ground-contact friction law (default: the Ant's, coulomb)")
     parser.add_argument("--output", default=None, help="report JSON (a Markdown table is written beside it)")
     add_common_args(parser)
     args = parser.parse_args()

@@ -14,8 +14,8 @@ candidate against its env's ground plane and writes
 The ground truth's spring-damper contact model re-evaluates penetration from the body pose at every substep;
 for a plane, the closest point and normal found once per frame stay exact over the frame. Its friction law is
 the environment's ``contact_friction`` (:data:`envs.environment.CONTACT_FRICTION`): ``"coulomb"`` hands the
-contact set to the solver (Newton's law), ``"release"`` evaluates :func:`eval_ground_contact_forces` (warp.sim's
-law, which the NeRD release used) into ``state.body_f`` at every substep and hands the solver no contacts.
+contact set to the solver (Newton's law), ``"huber"`` evaluates :func:`eval_ground_contact_forces` (warp.sim's
+Huber-smoothed law) into ``state.body_f`` at every substep and hands the solver no contacts.
 """
 
 from __future__ import annotations
@@ -232,7 +232,7 @@ class AbstractContactEnvironment:
         contacts.rigid_contact_margin0.assign(np.tile(self.candidates.thickness, n))
         contacts.rigid_contact_margin1.zero_()
         self.solver_contacts = contacts
-        forces = self.apply_contact_forces if env.contact_friction == "release" else None
+        forces = self.apply_contact_forces if env.contact_friction == "huber" else None
         env.set_collision_stage(self._detect, contacts, forces)
 
     def __getattr__(self, name: str):
@@ -263,7 +263,7 @@ class AbstractContactEnvironment:
         )
 
     def apply_contact_forces(self, state: newton.State) -> None:
-        """Add the contact wrenches of ``state`` (release friction law) to ``state.body_f``."""
+        """Add the contact wrenches of ``state`` (Huber friction law) to ``state.body_f``."""
         model, contacts = self.env.model, self.solver_contacts
         wp.launch(
             eval_ground_contact_forces,

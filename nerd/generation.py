@@ -49,7 +49,7 @@ class GenerationConfig:
     mass_matrix_refresh: str | None = None
     """Featherstone's mass-matrix refresh, ``"frame"`` or ``"substep"``; None for the robot's default (frame)."""
     contact_friction: str | None = None
-    """Ground-contact friction law, ``"release"`` or ``"coulomb"``; None for the robot's default (Ant: release)."""
+    """Ground-contact friction law, ``"coulomb"`` or ``"huber"``; None for the robot's default (coulomb)."""
     compression: str | None = "lzf"
     """HDF5 compression filter: ``"lzf"`` (about half the size, a few % slower), ``"gzip"`` or None."""
 

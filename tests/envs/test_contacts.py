@@ -82,7 +82,7 @@ def test_ant_mass_and_torso_inertia():
 
 @pytest.fixture(scope="module")
 def ant_at_rest():
-    """The Ant (release friction law) after 5 s of zero torque from its default pose (1 m up): (env, state)."""
+    """The Ant (Coulomb friction, its default) after 5 s of zero torque from its default pose: (env, state)."""
     env = make_env("Ant", 1)
     env.set_states(env.env.default_states(1))
     for _ in range(300):
@@ -127,7 +127,7 @@ def sphere_contact_wrench(vel: tuple[float, float, float]) -> np.ndarray:
     (0.5, 1200.0),  # kf H = 375 > 300: mu |Fn| v / H = 300 * 0.5 / 0.125
     (2.0, 400.0),  # mu |Fn| v / H = 300 * 2 / 1.5
 ])
-def test_release_friction_law_on_a_sliding_ball(speed, friction):
+def test_huber_friction_law_on_a_sliding_ball(speed, friction):
     """warp.sim's friction ft = vt / H(vt) * min(kf H(vt), mu |Fn|) against a hand computation (robots.md §0.3)."""
     wrench = sphere_contact_wrench((speed, 0.0, 0.0))
     # Friction opposes the slide; the 1 cm spring pushes up; the contact point (0, 0, -0.1) from the COM gives
@@ -135,20 +135,20 @@ def test_release_friction_law_on_a_sliding_ball(speed, friction):
     np.testing.assert_allclose(wrench, [-friction, 0.0, 400.0, 0.0, 0.1 * friction, 0.0], rtol=1e-5, atol=1e-3)
 
 
-def test_release_contact_damping_acts_on_approach_only():
+def test_contact_damping_acts_on_approach_only():
     """The normal damper adds kd * |vn| while the ball sinks (vn < 0) and nothing while it rises."""
     np.testing.assert_allclose(sphere_contact_wrench((0.0, 0.0, -0.1))[:3], [0.0, 0.0, 410.0], atol=1e-3)
     np.testing.assert_allclose(sphere_contact_wrench((0.0, 0.0, 0.1))[:3], [0.0, 0.0, 400.0], atol=1e-3)
 
 
 def test_friction_laws_agree_without_slip_and_differ_when_sliding(ant_at_rest):
-    """Release and Coulomb laws share the normal model: from rest they step the same; sliding, they do not.
+    """Huber and Coulomb laws share the normal model: from rest they step the same; sliding, they do not.
 
-    This also checks the plumbing of the release law (wrenches written to ``state.body_f`` before the solver
+    This also checks the plumbing of the Huber law (wrenches written to ``state.body_f`` before the solver
     step) against Newton's own contact evaluation.
     """
-    envs = {law: make_env("Ant", 2, contact_friction=law) for law in ("release", "coulomb")}
-    assert make_env("Ant", 1).contact_friction == "release"
+    envs = {law: make_env("Ant", 2, contact_friction=law) for law in ("huber", "coulomb")}
+    assert make_env("Ant", 1).contact_friction == "coulomb"
     states = ant_at_rest[1].repeat(2, 1)
     states[1, 15] = 1.5  # env 1 slides along x at 1.5 m/s
     after = {}
@@ -157,7 +157,7 @@ def test_friction_laws_agree_without_slip_and_differ_when_sliding(ant_at_rest):
         for _ in range(3):
             env.step_with_joint_act(torch.zeros(2, 8))
         after[law] = env.get_states()
-    torch.testing.assert_close(after["release"][0], after["coulomb"][0], atol=2e-4, rtol=0)
-    assert (after["release"][1, 15] - after["coulomb"][1, 15]).abs() > 0.01
-    with pytest.raises(ValueError, match="valid: release, coulomb"):
+    torch.testing.assert_close(after["huber"][0], after["coulomb"][0], atol=2e-4, rtol=0)
+    assert (after["huber"][1, 15] - after["coulomb"][1, 15]).abs() > 0.01
+    with pytest.raises(ValueError, match="valid: coulomb, huber"):
         make_env("Ant", 1, contact_friction="viscous")
