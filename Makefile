@@ -16,6 +16,7 @@ $(STAMP): requirements.txt setup.py
 install: $(STAMP)
 
 test: $(STAMP)
+	$(PY) -m ruff check .
 	$(PY) -m pytest -q
 
 demo: $(STAMP)

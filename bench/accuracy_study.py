@@ -27,6 +27,7 @@ import yaml
 from nerd.cli import check_output, run_main
 from nerd.config import ConfigError, load_config
 from nerd.evaluation import evaluate_passive
+from nerd.modes import NEURAL
 from nerd.run_dir import clear_run_dir, write_text_atomic
 from nerd.training import RUN_DIR_ENTRIES, TrainConfig, train
 
@@ -67,7 +68,7 @@ def run_variant(study: StudyConfig, name: str, root: Path, outdir: Path, threads
     torch.set_num_threads(threads)
     summary = train(cfg, logdir, seed=seed, progress=False)
     start = time.perf_counter()
-    results = evaluate_passive(cfg.env_name, summary["best_checkpoint"], "neural", study.eval_rollouts,
+    results = evaluate_passive(cfg.env_name, summary["best_checkpoint"], NEURAL, study.eval_rollouts,
                                study.eval_rollouts, study.eval_horizon, seed=500, progress=False)
     params = summary["parameters"]
     windows_per_s = summary["windows_seen"] / max(summary["step_seconds"], 1e-9)

@@ -28,15 +28,16 @@ from pathlib import Path
 
 import torch
 
-from envs import ENV_NAMES, make_env
 from nerd.cli import resolve_device, run_main
+from nerd.envs import ENV_NAMES, make_env
 from nerd.generation import GenerationConfig, generate_dataset
 from nerd.run_dir import write_text_atomic
 
 MIN_SECONDS = 1.5  # time each measurement at least this long
 
 
-def steps_per_second(name: str, num_envs: int, use_graph: bool, device: str, mass_matrix_refresh: str = "frame") -> float:
+def steps_per_second(name: str, num_envs: int, use_graph: bool, device: str,
+                     mass_matrix_refresh: str = "frame") -> float:
     """Frames x envs per second of zero-torque stepping (after one warm-up frame that loads/captures)."""
     env = make_env(name, num_envs, device=device, use_graph=use_graph, mass_matrix_refresh=mass_matrix_refresh)
     env.reset(generator=torch.Generator().manual_seed(0))
@@ -53,7 +54,7 @@ def steps_per_second(name: str, num_envs: int, use_graph: bool, device: str, mas
 def cold_compile_seconds(name: str, device: str) -> float:
     """Seconds to build the robot and run its first frame with an empty kernel cache (in a subprocess)."""
     code = (
-        "import time; t = time.perf_counter(); import torch; from envs import make_env; "
+        "import time; t = time.perf_counter(); import torch; from nerd.envs import make_env; "
         f"env = make_env('{name}', 1, device='{device}'); "
         "env.step_with_joint_act(torch.zeros(1, env.act_dim, device=env.torch_device)); "
         "print(time.perf_counter() - t)"
@@ -72,11 +73,11 @@ def generation_vs_stepping(name: str, num_envs: int, length: int, device: str, b
     """
     env = make_env(name, num_envs, device=device)
     gen = torch.Generator().manual_seed(0)
-    env.reset(states=env.env.sample_initial_states(num_envs, gen))
-    env.step_with_joint_act(env.env.sample_random_torques(num_envs, gen))
+    env.reset(states=env.sample_initial_states(num_envs, gen))
+    env.step_with_joint_act(env.sample_random_torques(num_envs, gen))
     start = time.perf_counter()
     for _ in range(batches * length):
-        env.step_with_joint_act(env.env.sample_random_torques(num_envs, gen))
+        env.step_with_joint_act(env.sample_random_torques(num_envs, gen))
     env.synchronize()
     raw = num_envs * batches * length / (time.perf_counter() - start)
     result = {"raw_steps_per_s": raw, "batches": batches}

@@ -22,18 +22,19 @@ from pathlib import Path
 
 import torch
 
-from envs import make_env
 from nerd.cli import resolve_device, run_main
 from nerd.config import load_config
+from nerd.envs import make_env
 from nerd.features import signature_of_env
 from nerd.models import ModelConfig
 from nerd.models.nerd_model import NeRDModel
 from nerd.models.transformer import TransformerConfig
+from nerd.modes import GROUND_TRUTH, NEURAL
 from nerd.neural_environment import NeuralEnvironment
 from nerd.rl.tasks import make_task
 from nerd.rl.vec_env import NeRDVecEnv
-from nerd.training import TrainConfig
 from nerd.run_dir import write_text_atomic
+from nerd.training import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 # Untrained NeRD models timed in neural mode: the project's CPU-sized Cartpole model (cfg/train/Cartpole/cpu.yaml)
@@ -50,13 +51,13 @@ def build_vec_env(robot: str, num_envs: int, mode: str, model_cfg: ModelConfig |
                   device: str) -> NeRDVecEnv:
     """A vec env of the robot's benchmark task in ``mode``."""
     env = make_env(robot, num_envs, device=device)
-    if mode == "ground-truth":
-        nenv = NeuralEnvironment(env, None, "ground-truth")
+    if mode == GROUND_TRUTH:
+        nenv = NeuralEnvironment(env, None, GROUND_TRUTH)
     elif model_path:
-        nenv = NeuralEnvironment.from_checkpoint(env, model_path, "neural")
+        nenv = NeuralEnvironment.from_checkpoint(env, model_path, NEURAL)
     else:
         sig = signature_of_env(env)
-        nenv = NeuralEnvironment(env, NeRDModel(sig.input_groups, sig.target_dim, model_cfg), "neural")
+        nenv = NeuralEnvironment(env, NeRDModel(sig.input_groups, sig.target_dim, model_cfg), NEURAL)
     return NeRDVecEnv(nenv, make_task(robot, TASKS[robot], num_envs, nenv.torch_device), seed=0)
 
 
@@ -100,11 +101,11 @@ def main() -> None:
                       f"untrained transformer {model_cfg.transformer.n_layer}x{model_cfg.transformer.n_embd}")
         for n in counts:
             row = {"robot": robot, "task": TASKS[robot], "num_envs": n, "neural_model": model_desc}
-            for mode in ("ground-truth", "neural"):
+            for mode in (GROUND_TRUTH, NEURAL):
                 vec_env = build_vec_env(robot, n, mode, model_cfg, model_path, device)
                 row[mode] = env_steps_per_second(vec_env, min_seconds)
             results["rows"].append(row)
-            print(f"{robot:<9} N={n:<5} ground truth {row['ground-truth']:>11,.0f}  neural {row['neural']:>11,.0f} "
+            print(f"{robot:<9} N={n:<5} ground truth {row[GROUND_TRUTH]:>11,.0f}  neural {row[NEURAL]:>11,.0f} "
                   f"env-steps/s", flush=True)
     output.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(output, json.dumps(results, indent=2))
@@ -112,7 +113,7 @@ def main() -> None:
           "policy inference excluded\n")
     print("| robot / task | N | ground truth | neural | neural / GT | neural model |\n|---|---|---|---|---|---|")
     for row in results["rows"]:
-        gt, neural = row["ground-truth"], row["neural"]
+        gt, neural = row[GROUND_TRUTH], row[NEURAL]
         print(f"| {row['robot']} {row['task']} | {row['num_envs']} | {gt:,.0f} | {neural:,.0f} | {neural / gt:.2f}x | "
               f"{row['neural_model']} |")
     print(f"\nwrote {output}")

@@ -1,36 +1,9 @@
 """Evaluate several policies in several simulators and write one table (the paper's Table 1).
 
-Example:
-    python eval/batch_eval_policy.py --eval-cfg cfg/eval/cartpole_swingup.yaml --output out/cartpole_rl.json
+Thin wrapper around :mod:`nerd.scripts.batch_eval` (installed as ``nerd-batch-eval``); ``--help`` lists the options.
 """
 
-import argparse
-
-from nerd.cli import add_common_args, check_output, resolve_device, run_main
-from nerd.config import load_config
-from nerd.rl.batch_eval import PolicyEvalConfig, batch_evaluate, format_markdown, write_table
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--eval-cfg", required=True, help="evaluation config, e.g. cfg/eval/cartpole_swingup.yaml")
-    parser.add_argument("--output", default=None, help="table JSON (a Markdown copy is written beside it)")
-    parser.add_argument("--cfg-overrides", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="config overrides, e.g. num_games=64")
-    add_common_args(parser, seed_default=None)
-    args = parser.parse_args()
-
-    device = resolve_device(args.device)
-    cfg = load_config(args.eval_cfg, PolicyEvalConfig, args.cfg_overrides)
-    output = check_output(args.output, args.overwrite) if args.output else None
-    if output is not None:
-        check_output(output.with_suffix(".md"), args.overwrite)
-    table = batch_evaluate(cfg, device)
-    print(format_markdown(table))
-    if output is not None:
-        md = write_table(table, output)
-        print(f"wrote {output} and {md}")
-
+from nerd.scripts.batch_eval import cli
 
 if __name__ == "__main__":
-    run_main(main)
+    cli()

@@ -1,56 +1,9 @@
 """Evaluate passive motion of NeRD (or the ground truth) against the ground-truth simulator (spec §9).
 
-Example:
-    python eval/eval_passive_motion.py --env-name Cartpole \
-        --model-path pretrained_models/NeRD_models/Cartpole/model.pt --env-mode neural \
-        --num-envs 2048 --num-rollouts 2048 --rollout-horizon 1000 --seed 500
+Thin wrapper around :mod:`nerd.scripts.eval_passive` (installed as ``nerd-eval``); ``--help`` lists the options.
 """
 
-import argparse
-from pathlib import Path
-
-from envs import ENV_NAMES, env_class
-from nerd.cli import add_common_args, add_mass_matrix_refresh_arg, check_output, resolve_device, run_main
-from nerd.evaluation import INITIAL_STATES, evaluate_passive, format_config_table, format_results, write_results
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--env-name", required=True, help=f"one of {', '.join(ENV_NAMES)}")
-    parser.add_argument("--model-path", default=None, help="NeRD checkpoint (needed for --env-mode neural)")
-    parser.add_argument("--env-mode", choices=["neural", "ground-truth"], default="neural")
-    parser.add_argument("--num-envs", type=int, default=2048)
-    parser.add_argument("--num-rollouts", type=int, default=2048)
-    parser.add_argument("--rollout-horizon", type=int, default=100)
-    parser.add_argument("--contact-config", type=int, nargs="+", default=None,
-                        help="pendulum ground configuration(s) 0-6; several give one table over them")
-    parser.add_argument("--initial-states", choices=INITIAL_STATES, default="data",
-                        help="'data': the data-generation sampler, the release's protocol (default); "
-                             "'task': the robot's task reset distribution")
-    add_mass_matrix_refresh_arg(parser)
-    parser.add_argument("--output", default=None, help="results JSON (a PNG of error vs step is written beside it)")
-    add_common_args(parser, seed_default=500)
-    args = parser.parse_args()
-    env_class(args.env_name)  # an unknown robot fails here, naming the valid ones
-
-    output = check_output(args.output, args.overwrite) if args.output else None
-    if output is not None and len(args.contact_config or [None]) == 1:
-        check_output(Path(output).with_suffix(".png"), args.overwrite)
-    configs = args.contact_config or [None]
-    runs = [
-        evaluate_passive(args.env_name, args.model_path, args.env_mode, args.num_envs, args.num_rollouts,
-                         args.rollout_horizon, args.seed, config, resolve_device(args.device),
-                         initial_states=args.initial_states, mass_matrix_refresh=args.mass_matrix_refresh)
-        for config in configs
-    ]
-    for results in runs:
-        print(format_results(results))
-    if len(runs) > 1:
-        print(format_config_table(runs))
-    if output:
-        results = runs[0] if len(runs) == 1 else {"contact_configs": {str(r["contact_config"]): r for r in runs}}
-        write_results(results, output, Path(output).with_suffix(".png") if len(runs) == 1 else None)
-        print(f"wrote {output}" + (f" and {Path(output).with_suffix('.png')}" if len(runs) == 1 else ""))
+from nerd.scripts.eval_passive import cli
 
 if __name__ == "__main__":
-    run_main(main)
+    cli()

@@ -1,47 +1,9 @@
 """Generate a trajectory dataset (HDF5) from the ground-truth simulator.
 
-Example:
-    python generate/generate_dataset.py --env-name Cartpole --num-transitions 1000000 \
-        --trajectory-length 100 --num-envs 2048 --dataset-dir data/Cartpole --dataset-name train.hdf5
+Thin wrapper around :mod:`nerd.scripts.generate` (installed as ``nerd-generate``); ``--help`` lists the options.
 """
 
-import argparse
-from pathlib import Path
-
-from envs import ENV_NAMES, env_class
-from nerd.cli import add_common_args, add_mass_matrix_refresh_arg, check_output, resolve_device, run_main
-from nerd.generation import GenerationConfig, generate_dataset
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--env-name", required=True, help=f"one of {', '.join(ENV_NAMES)}")
-    parser.add_argument("--num-transitions", type=int, required=True)
-    parser.add_argument("--trajectory-length", type=int, default=100)
-    parser.add_argument("--num-envs", type=int, default=2048)
-    parser.add_argument("--dataset-dir", required=True)
-    parser.add_argument("--dataset-name", required=True, help="file name; '.hdf5' is added if it has no suffix")
-    parser.add_argument("--passive", action="store_true", help="zero torques instead of random ones")
-    parser.add_argument("--contact-config", type=int, default=None, help="fixed pendulum ground configuration (0-6)")
-    parser.add_argument("--solver", default=None, help="ground-truth solver (default: featherstone)")
-    add_mass_matrix_refresh_arg(parser)
-    parser.add_argument("--compression", default="lzf", choices=["lzf", "gzip", "none"],
-                        help="HDF5 compression (default: lzf)")
-    add_common_args(parser)
-    args = parser.parse_args()
-    env_class(args.env_name)  # an unknown robot fails here, naming the valid ones
-
-    name = args.dataset_name if Path(args.dataset_name).suffix else args.dataset_name + ".hdf5"
-    path = check_output(Path(args.dataset_dir) / name, args.overwrite)
-    cfg = GenerationConfig(
-        env_name=args.env_name, num_transitions=args.num_transitions, trajectory_length=args.trajectory_length,
-        num_envs=args.num_envs, seed=args.seed, passive=args.passive, contact_config=args.contact_config,
-        solver=args.solver, mass_matrix_refresh=args.mass_matrix_refresh, compression=None if args.compression == "none" else args.compression,
-    )
-    summary = generate_dataset(cfg, path, device=resolve_device(args.device))
-    print(f"wrote {summary.path}: {summary.num_trajectories} trajectories, {summary.num_transitions} transitions, "
-          f"{summary.num_dropped} dropped, {summary.seconds:.1f} s ({summary.transitions_per_second:,.0f} transitions/s)")
-
+from nerd.scripts.generate import cli
 
 if __name__ == "__main__":
-    run_main(main)
+    cli()

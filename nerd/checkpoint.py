@@ -2,8 +2,9 @@
 
 A checkpoint holds only tensors and plain types, so it loads with ``torch.load(weights_only=True)``: the
 model's state dict (normalisation statistics included, as buffers), its backbone config, the robot signature
-(state/contact/torque layout, checked against the environment on use), the training config, the epoch and
-optionally the optimiser state. Files are written atomically (temporary file, then rename).
+(state/contact/torque layout, checked against the environment on use), the history length H the model was
+trained with (the integrator keeps that many tokens), the training config, the epoch and optionally the
+optimiser state. Files are written atomically (temporary file, then rename).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import torch
 
 from nerd.config import ConfigError, from_dict, to_dict
-from nerd.errors import first_line
+from nerd.errors import UserError, first_line
 from nerd.features import RobotSignature
 from nerd.models import ModelConfig
 from nerd.models.nerd_model import NeRDModel
@@ -25,7 +26,7 @@ CHECKPOINT_FORMAT = "nerd-checkpoint-v1"
 
 
 def save_checkpoint(path: str | Path, model: NeRDModel, signature: RobotSignature, config: dict[str, Any], *,
-                    epoch: int = 0, optimizer: torch.optim.Optimizer | None = None,
+                    history_length: int, epoch: int = 0, optimizer: torch.optim.Optimizer | None = None,
                     extra: dict[str, Any] | None = None) -> Path:
     """Write a checkpoint of ``model`` for the robot ``signature`` to ``path`` (atomically)."""
     payload = {
@@ -33,6 +34,7 @@ def save_checkpoint(path: str | Path, model: NeRDModel, signature: RobotSignatur
         "model_state": model.state_dict(),
         "model_config": to_dict(model.cfg),
         "signature": signature.to_dict(),
+        "history_length": int(history_length),
         "config": config,
         "epoch": epoch,
         "optimizer_state": optimizer.state_dict() if optimizer is not None else None,
@@ -48,7 +50,7 @@ def save_checkpoint(path: str | Path, model: NeRDModel, signature: RobotSignatur
 
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu"
                     ) -> tuple[NeRDModel, RobotSignature, dict[str, Any]]:
-    """Load a checkpoint: (model on ``device``, robot signature, full payload).
+    """Load a checkpoint: (model on ``device``, robot signature, full payload with an int ``history_length``).
 
     Raises:
         FileNotFoundError: If ``path`` does not exist.
@@ -60,14 +62,24 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu"
     try:
         payload = torch.load(path, map_location=device, weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as err:
-        raise ValueError(f"{path} is not a loadable nerd checkpoint ({first_line(err)})") from err
+        raise UserError(f"{path} is not a loadable nerd checkpoint ({first_line(err)})") from err
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path} is not a nerd checkpoint (expected format '{CHECKPOINT_FORMAT}')")
+        raise UserError(f"{path} is not a nerd checkpoint (expected format '{CHECKPOINT_FORMAT}')")
     try:
         signature = RobotSignature.from_dict(payload["signature"])
-        model_cfg = from_dict(ModelConfig, payload["model_config"])
+        model_config = dict(payload["model_config"])
+        if isinstance(model_config.get("rnn"), dict):
+            # Files written before model.type alone chose the recurrent cell also stored a redundant rnn.cell.
+            model_config["rnn"] = {k: v for k, v in model_config["rnn"].items() if k != "cell"}
+        model_cfg = from_dict(ModelConfig, model_config)
         model = NeRDModel(signature.input_groups, signature.target_dim, model_cfg)
         model.load_state_dict(payload["model_state"])
+        # Files written before history_length was a field of its own state it in their training config only.
+        config = payload.get("config")
+        legacy = config.get("history_length") if isinstance(config, dict) else None
+        history_length = payload.setdefault("history_length", legacy)
+        if isinstance(history_length, bool) or not isinstance(history_length, int) or history_length < 1:
+            raise TypeError(f"history_length must be a positive integer, got {history_length!r}")
     except (KeyError, TypeError, ConfigError, RuntimeError) as err:
-        raise ValueError(f"{path}: damaged nerd checkpoint ({first_line(err)})") from err
+        raise UserError(f"{path}: damaged nerd checkpoint ({first_line(err)})") from err
     return model.to(device), signature, payload

@@ -8,27 +8,44 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from nerd.errors import RolloutDivergedError, UserError, first_line
 
-from nerd.config import ConfigError
-from nerd.datasets.hdf5 import DatasetError
-from nerd.errors import RolloutDivergedError, first_line
+# Errors caused by the user's input, the file system or a failed run, reported as one line; anything else, a
+# plain ValueError included, is a bug and keeps its traceback. ConfigError and DatasetError are UserErrors;
+# FileNotFoundError and FileExistsError are OSErrors.
+USER_ERRORS = (UserError, OSError, RolloutDivergedError)
 
-# Errors caused by the user's input or a failed run, reported as one line; anything else is a bug and keeps
-# its traceback. (ConfigError and DatasetError are ValueErrors; FileNotFoundError/FileExistsError are OSErrors.)
-USER_ERRORS = (ValueError, OSError, ConfigError, DatasetError, RolloutDivergedError)
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Keeps the module docstring's examples as written and shows every option's default.
+
+    Defaults that say nothing (None, False of a flag) are left out, and so is a default the help text already
+    explains.
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        help_text = action.help or ""
+        if action.default is None or action.default is False or "default" in help_text or action.default == []:
+            return help_text
+        return super()._get_help_string(action)
+
+
+def make_parser(description: str | None) -> argparse.ArgumentParser:
+    """An argument parser for an entry point: its docstring as description, defaults shown in ``--help``."""
+    return argparse.ArgumentParser(description=description, formatter_class=HelpFormatter)
 
 
 def add_common_args(parser: argparse.ArgumentParser, seed_default: int | None = 0) -> None:
     """Add ``--device``, ``--overwrite`` and, unless ``seed_default`` is None, ``--seed``."""
-    parser.add_argument("--device", default="cpu", help="'cpu', 'cuda' or 'cuda:N' (default: cpu)")
+    parser.add_argument("--device", default="cpu", help="'cpu', 'cuda' or 'cuda:N'")
     if seed_default is not None:
-        parser.add_argument("--seed", type=int, default=seed_default, help=f"random seed (default: {seed_default})")
+        parser.add_argument("--seed", type=int, default=seed_default, help="random seed")
     parser.add_argument("--overwrite", action="store_true", help="replace existing outputs")
 
 
 def add_mass_matrix_refresh_arg(parser: argparse.ArgumentParser) -> None:
     """Add ``--mass-matrix-refresh {frame,substep}``: when the ground truth rebuilds Featherstone's mass matrix."""
-    from envs.environment import MASS_MATRIX_REFRESH
+    from nerd.envs.environment import MASS_MATRIX_REFRESH
 
     parser.add_argument("--mass-matrix-refresh", choices=MASS_MATRIX_REFRESH, default=None,
                         help="ground truth: rebuild Featherstone's mass matrix once per 'frame' (the release's "
@@ -47,10 +64,10 @@ def resolve_device(device: str) -> str:
 
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise ValueError(f"--device {device}: no CUDA device is available; use --device cpu")
+            raise UserError(f"--device {device}: no CUDA device is available; use --device cpu")
         return "cuda:0" if device == "cuda" else device
     if device != "cpu":
-        raise ValueError(f"--device must be 'cpu', 'cuda' or 'cuda:N', got '{device}'")
+        raise UserError(f"--device must be 'cpu', 'cuda' or 'cuda:N', got '{device}'")
     return device
 
 
@@ -96,4 +113,5 @@ def run_main(main: Callable[[], None]) -> None:
         sys.exit(1)
 
 
-__all__ = ["add_common_args", "add_mass_matrix_refresh_arg", "check_output", "resolve_device", "run_main"]
+__all__ = ["HelpFormatter", "add_common_args", "add_mass_matrix_refresh_arg", "add_overrides_arg", "check_output",
+           "make_parser", "resolve_device", "run_main"]

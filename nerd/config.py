@@ -16,12 +16,12 @@ from typing import Any, TypeVar
 
 import yaml
 
-from nerd.errors import first_line
+from nerd.errors import UserError, first_line
 
 T = TypeVar("T")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A configuration file or override is invalid; the message names the offending key."""
 
 
@@ -130,7 +130,8 @@ def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
         return cls(**kwargs)
     except ConfigError as err:
         # A dataclass's own range checks name their field; add where the section sits in the whole config.
-        raise ConfigError(str(err).replace("config key '", f"config key '{prefix}.", 1) if prefix else str(err)) from None
+        message = str(err).replace("config key '", f"config key '{prefix}.", 1) if prefix else str(err)
+        raise ConfigError(message) from None
 
 
 def check_range(key: str, value: float | int | None, low: float | None = None, high: float | None = None,

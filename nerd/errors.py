@@ -1,4 +1,11 @@
-"""Exceptions that mean "bad input or a failed run", reported by entry points as one line."""
+"""Exceptions that mean "bad input or a failed run", reported by entry points as one line.
+
+A plain ValueError is an internal error (a bug) and keeps its traceback; bad input raises :class:`UserError`.
+"""
+
+
+class UserError(ValueError):
+    """Bad input: an argument, config, dataset or checkpoint the user supplied; the message says what to change."""
 
 
 class RolloutDivergedError(RuntimeError):

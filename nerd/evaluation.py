@@ -1,26 +1,32 @@
 """Passive-motion evaluation (spec §9): NeRD (or the ground truth itself) against the ground-truth simulator.
 
-From the same random initial states, the ground truth and the evaluated simulator roll out autoregressively for H frames with zero
-actions (through the robot's controller, so a PD-driven robot would still hold its pose). Errors are measured per step and averaged over
-**all steps (1..h) and all trajectories**, per robot as its env module defines (``passive_metrics``), for H and for every standard
-horizon h < H (:data:`REPORT_HORIZONS`), plus per-coordinate errors and the error of every metric at every step.
+From the same random initial states, the ground truth and the evaluated simulator roll out autoregressively for H
+frames with zero actions (through the robot's controller, so a PD-driven robot would still hold its pose). Errors are
+measured per step and averaged over **all steps (1..h) and all trajectories**, per robot as its env module defines
+(``passive_metrics``), for H and for every standard horizon h < H (:data:`REPORT_HORIZONS`), plus per-coordinate
+errors and the error of every metric at every step.
 
 The initial states follow the release's protocol by default: the robot's data-generation sampler (spec §8 ranges,
-``sample_initial_states``). ``initial_states="task"`` draws them from the robot's task reset (``sample_reset_states``) instead.
+``sample_initial_states``). ``initial_states="task"`` draws them from the robot's task reset
+(``sample_reset_states``, the distribution its RL tasks start from) instead.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm import tqdm
 
-from envs import make_env
+from nerd.envs import make_env
+from nerd.errors import UserError
 from nerd.frames import quat_angle, quat_inverse, quat_mul, wrap_angle
+from nerd.modes import GROUND_TRUTH, NEURAL
 from nerd.neural_environment import NeuralEnvironment
 from nerd.run_dir import write_text_atomic
 
@@ -28,8 +34,12 @@ INITIAL_STATES = ("data", "task")
 """Initial-state distributions of a passive evaluation: ``"data"`` the data-generation sampler (the release's protocol),
 ``"task"`` the robot's task reset."""
 
+EXAMPLE_TRAJECTORIES = 3
+"""Trajectories of the first batch kept (both simulators) for the PNG's NeRD-vs-ground-truth panels."""
+
 REPORT_HORIZONS = (100, 500, 1000)
-"""Horizons whose errors are reported from every evaluation at least that long (the paper's: 100, 500 Ant, 1000 Cartpole)."""
+"""Horizons whose errors are reported from every evaluation at least that long (the paper's: 100, 500 Ant,
+1000 Cartpole)."""
 
 
 def state_errors(gt: torch.Tensor, pred: torch.Tensor, env) -> dict[str, torch.Tensor]:
@@ -60,8 +70,12 @@ def state_errors(gt: torch.Tensor, pred: torch.Tensor, env) -> dict[str, torch.T
     return errors
 
 
-def rollout(nenv: NeuralEnvironment, initial_states: torch.Tensor, horizon: int, env_mode: str) -> torch.Tensor:
-    """Autoregressive passive rollout in ``env_mode`` from ``initial_states``: states (horizon + 1, N, S)."""
+def rollout(nenv: NeuralEnvironment, initial_states: torch.Tensor, horizon: int, env_mode: str,
+            on_step: Callable[[], Any] | None = None) -> torch.Tensor:
+    """Autoregressive passive rollout in ``env_mode`` from ``initial_states``: states (horizon + 1, N, S).
+
+    ``on_step`` is called after every step (a progress bar's ``update``).
+    """
     nenv.set_env_mode(env_mode)
     nenv.reset(states=initial_states)
     actions = torch.zeros(nenv.num_envs, nenv.action_dim, device=nenv.torch_device)
@@ -69,6 +83,8 @@ def rollout(nenv: NeuralEnvironment, initial_states: torch.Tensor, horizon: int,
     for _ in range(horizon):
         nenv.step(actions)
         states.append(nenv.get_states())
+        if on_step is not None:
+            on_step()
     return torch.stack(states)
 
 
@@ -84,37 +100,67 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
 
     Returns:
         A JSON-ready dict: settings, ``metrics`` (mean over all steps and trajectories), ``metrics_by_horizon``
-        (the same means over steps 1..h for each h of :data:`REPORT_HORIZONS` below H, and H), ``per_dof`` means,
-        ``error_vs_step`` (each metric averaged over trajectories, one value per step 1..H).
+        (the same means over steps 1..h for each h of :data:`REPORT_HORIZONS` below H, and H), ``metrics_std`` and
+        ``metrics_std_by_horizon`` (standard deviation over trajectories of each trajectory's mean error),
+        ``per_dof`` means, ``error_vs_step`` (each metric averaged over trajectories, one value per step 1..H),
+        ``env_steps_per_second`` of both simulators (env count x steps / wall time of their rollouts) and
+        ``example_trajectories`` (joint coordinates of the first :data:`EXAMPLE_TRAJECTORIES` rollouts in both
+        simulators, for plots; :func:`write_results` leaves them out of the JSON).
     """
     if num_envs < 1 or num_rollouts < 1 or horizon < 1:
-        raise ValueError("--num-envs, --num-rollouts and --rollout-horizon must be positive")
+        raise UserError("--num-envs, --num-rollouts and --rollout-horizon must be positive")
     if initial_states not in INITIAL_STATES:
-        raise ValueError(f"--initial-states must be one of {', '.join(INITIAL_STATES)}, got '{initial_states}'")
-    if env_mode == "neural" and model_path is None:
-        raise ValueError("--env-mode neural needs --model-path")
+        raise UserError(f"--initial-states must be one of {', '.join(INITIAL_STATES)}, got '{initial_states}'")
+    if env_mode == NEURAL and model_path is None:
+        raise UserError("--env-mode neural needs --model-path")
     num_envs = min(num_envs, num_rollouts)
     env = make_env(env_name, num_envs, device=device, contact_config=contact_config,
                    mass_matrix_refresh=mass_matrix_refresh)
-    sample = env.env.sample_initial_states if initial_states == "data" else env.env.sample_reset_states
-    nenv = (NeuralEnvironment.from_checkpoint(env, model_path, env_mode="ground-truth") if model_path
-            else NeuralEnvironment(env, None, env_mode="ground-truth"))
+    sample = env.sample_initial_states if initial_states == "data" else env.sample_reset_states
+    nenv = (NeuralEnvironment.from_checkpoint(env, model_path, env_mode=GROUND_TRUTH) if model_path
+            else NeuralEnvironment(env, None, env_mode=GROUND_TRUTH))
     generator = torch.Generator().manual_seed(seed)
     sums: dict[str, torch.Tensor] = {}
     done = 0
     batches = math.ceil(num_rollouts / num_envs)
-    for _ in tqdm(range(batches), desc=f"{env_name} {env_mode}", unit="batch", disable=not progress):
+    horizons = sorted({h for h in REPORT_HORIZONS if h < horizon} | {horizon})
+    # Each trajectory's mean error over steps 1..h, per metric and reported horizon: the spread across trajectories.
+    trajectory_means: dict[str, list[torch.Tensor]] = {}
+    seconds = {"ground_truth": 0.0, "evaluated": 0.0}
+    examples: dict[str, Any] = {}
+    # Progress over steps, not batches: one batch of a long horizon takes minutes.
+    bar = tqdm(total=batches * 2 * horizon, desc=f"{env_name} {env_mode} vs ground truth", unit="step",
+               mininterval=1.0, disable=not progress)
+    for batch in range(batches):
         initial = sample(num_envs, generator)
-        gt = rollout(nenv, initial, horizon, "ground-truth")
-        pred = rollout(nenv, initial, horizon, env_mode)
+        start = time.perf_counter()
+        gt = rollout(nenv, initial, horizon, GROUND_TRUTH, on_step=bar.update)
+        middle = time.perf_counter()
+        pred = rollout(nenv, initial, horizon, env_mode, on_step=bar.update)
+        seconds["ground_truth"] += middle - start
+        seconds["evaluated"] += time.perf_counter() - middle
+        bar.set_postfix(env_steps_per_s=f"{(batch + 1) * num_envs * 2 * horizon / sum(seconds.values()):,.0f}")
         keep = min(num_envs, num_rollouts - done)
         errors = state_errors(gt[1:, :keep], pred[1:, :keep], env)
         for name, value in errors.items():
             # Sum over trajectories, keep the step axis: (H,) or (H, dof_q).
             sums[name] = sums.get(name, 0) + value.double().sum(dim=1)
+            if name != "per_dof":
+                cumulative = value.double().cumsum(dim=0)[[h - 1 for h in horizons]]  # (len(horizons), keep)
+                trajectory_means.setdefault(name, []).append(cumulative / torch.tensor(horizons)[:, None])
+        if batch == 0:
+            k = min(EXAMPLE_TRAJECTORIES, keep)
+            examples = {"state_names": env.state_names()[: env.dof_q],
+                        "ground_truth": gt[:, :k, : env.dof_q].transpose(0, 1).tolist(),
+                        "evaluated": pred[:, :k, : env.dof_q].transpose(0, 1).tolist()}
         done += keep
+    bar.close()
     per_step = {name: (value / done) for name, value in sums.items()}
-    horizons = sorted({h for h in REPORT_HORIZONS if h < horizon} | {horizon})
+    spread = {name: torch.cat(chunks, dim=1).std(dim=1, correction=0) for name, chunks in trajectory_means.items()}
+    steps = batches * num_envs * horizon
+    names = env.state_names()
+    units = {name: {"position": "m", "orientation": "rad"}.get(kind) or names[indices[0]].partition("[")[2].rstrip("]")
+             for name, (kind, indices) in env.passive_metrics.items()}
     return {
         "env_name": env_name,
         "env_mode": env_mode,
@@ -130,8 +176,14 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
         "metrics_by_horizon": {
             str(h): {name: float(v[:h].mean()) for name, v in per_step.items() if name != "per_dof"} for h in horizons
         },
+        "metric_units": units,
+        "metrics_std": {name: float(v[-1]) for name, v in spread.items()},
+        "metrics_std_by_horizon": {str(h): {name: float(v[i]) for name, v in spread.items()}
+                                   for i, h in enumerate(horizons)},
         "per_dof": per_step["per_dof"].mean(dim=0).tolist(),
         "error_vs_step": {name: v.tolist() for name, v in per_step.items() if name != "per_dof"},
+        "env_steps_per_second": {name: steps / max(value, 1e-9) for name, value in seconds.items()},
+        "example_trajectories": examples,
     }
 
 
@@ -143,11 +195,18 @@ def format_results(results: dict[str, Any]) -> str:
         f"{results['num_rollouts']} rollouts x {results['rollout_horizon']} steps (seed {results['seed']}, "
         f"initial states: {results['initial_states']}"
         + (f", contact config {results['contact_config']})" if results["contact_config"] is not None else ")"),
-        "mean over steps 1..H and rollouts",
-        f"{'metric':<28}" + "".join(f"{'H=' + h:>12}" for h in by_horizon),
+        "mean ± std over rollouts of each rollout's mean error over steps 1..H",
+        f"{'metric':<28}" + "".join(f"{'H=' + h:>22}" for h in by_horizon),
     ]
-    lines += [f"{name:<28}" + "".join(f"{by_horizon[h][name]:>12.5f}" for h in by_horizon) for name in results["metrics"]]
+    std = results.get("metrics_std_by_horizon")
+    for name in results["metrics"]:
+        cells = [f"{by_horizon[h][name]:.5f}" + (f" ± {std[h][name]:.5f}" if std else "") for h in by_horizon]
+        lines.append(f"{name:<28}" + "".join(f"{cell:>22}" for cell in cells))
     lines.append("per joint coordinate |dq|: " + ", ".join(f"{v:.5f}" for v in results["per_dof"]))
+    if "env_steps_per_second" in results:
+        rates = results["env_steps_per_second"]
+        lines.append(f"env-steps/s: ground truth {rates['ground_truth']:,.0f}, {results['env_mode']} "
+                     f"{rates['evaluated']:,.0f}")
     return "\n".join(lines)
 
 
@@ -160,9 +219,20 @@ def format_config_table(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+PLOTTED_COORDINATES = 4
+"""Joint coordinates shown in the PNG's trajectory row: those with the largest mean error."""
+
+
+def _without_examples(results: dict[str, Any]) -> dict[str, Any]:
+    """The results without ``example_trajectories`` (at any depth): the JSON keeps statistics, not raw states."""
+    return {key: _without_examples(value) if isinstance(value, dict) else value
+            for key, value in results.items() if key != "example_trajectories"}
+
+
 def write_results(results: dict[str, Any], json_path: str | Path, png_path: str | Path | None = None) -> None:
-    """Write the results as JSON and, optionally, a PNG of every metric against the step."""
-    write_text_atomic(json_path, json.dumps(results, indent=2))
+    """Write the results as JSON and, optionally, a PNG: every metric's mean against the step, and below it a few
+    trajectories of both simulators for the joint coordinates with the largest error."""
+    write_text_atomic(json_path, json.dumps(_without_examples(results), indent=2))
     if png_path is None:
         return
     import matplotlib
@@ -171,13 +241,38 @@ def write_results(results: dict[str, Any], json_path: str | Path, png_path: str 
     import matplotlib.pyplot as plt
 
     curves = results["error_vs_step"]
-    fig, axes = plt.subplots(1, len(curves), figsize=(4.5 * len(curves), 3.4), squeeze=False)
-    for ax, (name, values) in zip(axes[0], curves.items()):
+    examples = results.get("example_trajectories") or {}
+    coordinates = sorted(range(len(results["per_dof"])), key=lambda i: -results["per_dof"][i])[:PLOTTED_COORDINATES]
+    coordinates = sorted(coordinates) if examples else []
+    cols = max(len(curves), len(coordinates))
+    rows = 2 if coordinates else 1
+    fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.4 * rows), squeeze=False)
+    for ax, (name, values) in zip(axes[0], curves.items(), strict=False):
         ax.plot(range(1, len(values) + 1), values)
         ax.set_xlabel("step")
-        ax.set_ylabel(name)
+        unit = results.get("metric_units", {}).get(name)
+        ax.set_ylabel(f"{name} [{unit}]" if unit else name)
+        ax.set_title(f"{name}, mean of {results['num_rollouts']} rollouts", fontsize=9)
         ax.grid(alpha=0.3)
-    fig.suptitle(f"{results['env_name']}: {results['env_mode']} vs ground truth ({results['num_rollouts']} rollouts)")
+    for ax in axes[0][len(curves):]:
+        ax.axis("off")
+    if coordinates:
+        gt, pred = examples["ground_truth"], examples["evaluated"]
+        for ax, i in zip(axes[1], coordinates, strict=False):
+            for k in range(len(gt)):
+                colour = f"C{k}"
+                ax.plot([s[i] for s in gt[k]], color=colour, lw=1.2, label="ground truth" if k == 0 else None)
+                ax.plot([s[i] for s in pred[k]], color=colour, lw=1.2, ls="--",
+                        label=results["env_mode"] if k == 0 else None)
+            ax.set_xlabel("step")
+            ax.set_title(examples["state_names"][i], fontsize=9)
+            ax.grid(alpha=0.3)
+        axes[1][0].legend(fontsize=8)
+        for ax in axes[1][len(coordinates):]:
+            ax.axis("off")
+    fig.suptitle(f"{results['env_name']}: {results['env_mode']} vs ground truth"
+                 + (f" (bottom: {len(examples['ground_truth'])} rollouts, solid ground truth, dashed "
+                    f"{results['env_mode']})" if coordinates else ""))
     fig.tight_layout()
     fig.savefig(png_path, dpi=90)
     plt.close(fig)

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from nerd.errors import UserError
 from nerd.representation import (
     StateLayout,
     anchor_pose,
@@ -91,13 +92,13 @@ class RobotSignature:
         if other == self:
             return
         if other.env_name != self.env_name:
-            raise ValueError(f"the {what} is for robot {self.env_name}, not {other.env_name}")
+            raise UserError(f"the {what} is for robot {self.env_name}, not {other.env_name}")
         diffs = [f"{k} {v} vs {getattr(other, k)}" for k, v in asdict(self).items() if getattr(other, k) != v]
-        raise ValueError(f"the {what}'s state/contact layout does not match the environment: {', '.join(diffs)}")
+        raise UserError(f"the {what}'s state/contact layout does not match the environment: {', '.join(diffs)}")
 
 
 def signature_of_env(env) -> RobotSignature:
-    """Signature of a live environment (an :class:`~nerd.contacts.AbstractContactEnvironment`)."""
+    """Signature of a live :class:`~nerd.envs.Environment`."""
     return RobotSignature(
         env_name=env.name, dof_q=env.dof_q, dof_qd=env.dof_qd, floating_base=env.floating_base,
         continuous_q_indices=tuple(env.continuous_q_indices), states_frame=env.states_frame,

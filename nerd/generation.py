@@ -18,9 +18,10 @@ import torch
 import warp as wp
 from tqdm import tqdm
 
-from envs import make_env
 from nerd.datasets.hdf5 import TrajectoryWriter
-from nerd.errors import RolloutDivergedError
+from nerd.envs import make_env
+from nerd.errors import RolloutDivergedError, UserError
+from nerd.features import signature_of_env
 
 DIVERGED_THRESHOLD = 1.0e5
 """A trajectory with any state coordinate beyond this magnitude is treated as diverged and dropped."""
@@ -55,13 +56,13 @@ class GenerationConfig:
 
     def __post_init__(self) -> None:
         if self.num_transitions < 1:
-            raise ValueError(f"--num-transitions must be positive, got {self.num_transitions}")
+            raise UserError(f"--num-transitions must be positive, got {self.num_transitions}")
         if self.trajectory_length < 1:
-            raise ValueError(f"--trajectory-length must be positive, got {self.trajectory_length}")
+            raise UserError(f"--trajectory-length must be positive, got {self.trajectory_length}")
         if self.num_envs < 1:
-            raise ValueError(f"--num-envs must be positive, got {self.num_envs}")
+            raise UserError(f"--num-envs must be positive, got {self.num_envs}")
         if self.compression not in ("lzf", "gzip", None):
-            raise ValueError(f"--compression must be lzf, gzip or none, got {self.compression!r}")
+            raise UserError(f"--compression must be lzf, gzip or none, got {self.compression!r}")
 
 
 @dataclass
@@ -80,7 +81,8 @@ class GenerationSummary:
         return self.num_transitions / max(self.seconds, 1e-9)
 
 
-def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu", progress: bool = True) -> GenerationSummary:
+def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu", progress: bool = True
+                     ) -> GenerationSummary:
     """Generate a trajectory dataset into ``path`` (HDF5, see :mod:`nerd.datasets.hdf5`).
 
     The file appears under ``path`` only once generation has finished; an error or an interruption removes the
@@ -90,7 +92,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
     num_envs = min(cfg.num_envs, num_trajectories)
     env = make_env(cfg.env_name, num_envs, device=device, solver=cfg.solver, contact_config=cfg.contact_config,
                    mass_matrix_refresh=cfg.mass_matrix_refresh, contact_friction=cfg.contact_friction)
-    random_planes = cfg.contact_config is None and hasattr(env.env, "sample_ground_planes")
+    random_planes = cfg.contact_config is None and hasattr(env, "sample_ground_planes")
     generator = torch.Generator().manual_seed(cfg.seed)
     n, T, c = num_envs, cfg.trajectory_length, env.contact_count
     field_shapes = {
@@ -98,16 +100,16 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
         "contact_normals": (c, 3), "contact_points_0": (c, 3), "contact_points_1": (c, 3),
         "contact_depths": (c,), "contact_thicknesses": (c,), "gravity_dir": (3,), "root_body_q": (7,),
     }
+    # The robot signature is what a model trained on the file is checked against; it is written from one place.
     attrs = {
-        "env_name": cfg.env_name, "engine": "newton", "newton_version": newton.__version__,
-        "warp_version": wp.config.version, "solver": env.solver_name,
-        "mass_matrix_refresh": env.mass_matrix_refresh, "contact_friction": env.contact_friction,
-        "frame_dt": env.frame_dt,
-        "sim_substeps": env.sim_substeps, "states_frame": env.states_frame, "dof_q": env.dof_q,
-        "dof_qd": env.dof_qd, "state_dim": env.state_dim, "joint_act_dim": env.act_dim, "contact_count": c,
-        "continuous_q_indices": list(env.continuous_q_indices), "floating_base": env.floating_base,
+        **signature_of_env(env).to_dict(), "state_dim": env.state_dim,
+        "engine": "newton", "newton_version": newton.__version__, "warp_version": wp.config.version,
+        "solver": env.solver_name, "mass_matrix_refresh": env.mass_matrix_refresh,
+        "contact_friction": env.contact_friction, "frame_dt": env.frame_dt,
+        "sim_substeps": env.sim_substeps,
         "trajectory_length": T, "seed": cfg.seed, "generator_settings": asdict(cfg),
         "random_ground_planes": random_planes,
+        "state_names": env.state_names(), "joint_act_names": env.joint_act_names(),
     }
     buffers = {name: torch.empty(T, n, *shape, device=env.torch_device) for name, shape in field_shapes.items()}
     gravity = torch.tensor([0.0, 0.0, -1.0], device=env.torch_device).expand(n, 3)
@@ -117,10 +119,10 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
     try:
         with tqdm(total=num_trajectories * T, unit="transition", disable=not progress, desc=cfg.env_name) as bar:
             while kept < num_trajectories:
-                env.reset(states=env.env.sample_initial_states(n, generator))
+                env.reset(states=env.sample_initial_states(n, generator))
                 if random_planes:
                     contacts = env.get_contacts()
-                    normals, points = env.env.sample_ground_planes(
+                    normals, points = env.sample_ground_planes(
                         contacts["contact_points_0"], contacts["contact_thicknesses"], generator
                     )
                     env.set_ground_planes(normals, points)
@@ -137,7 +139,8 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
                 dropped += int((~finite).sum())
                 keep = np.flatnonzero(finite)[: num_trajectories - kept]
                 if len(keep) == 0:
-                    raise RolloutDivergedError(f"{cfg.env_name}: every trajectory of a batch diverged; check the sampler ranges")
+                    raise RolloutDivergedError(
+                        f"{cfg.env_name}: every trajectory of a batch diverged; check the sampler ranges")
                 writer.append({name: values[keep] for name, values in batch.items()})
                 kept += len(keep)
         seconds = time.perf_counter() - start
@@ -155,7 +158,7 @@ def _record_step(env, buffers: dict[str, torch.Tensor], t: int, gravity: torch.T
     buffers["root_body_q"][t] = env.get_root_body_q()
     buffers["gravity_dir"][t] = gravity
     if env.contact_count:
-        for name, value in env.contact_views().items():
+        for name, value in env.get_contacts().items():
             buffers[name][t] = value
 
 

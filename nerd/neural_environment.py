@@ -1,9 +1,10 @@
 """NeuralEnvironment: one robot environment that steps with either the ground-truth solver or NeRD.
 
 ``set_env_mode("neural" | "ground-truth")`` swaps the learned :class:`~nerd.integrator.NeRDIntegrator` for the
-analytical solver at any step. Everything else (controllers, torques, contacts, states, resets) is shared, so
-code written against this class cannot tell the modes apart except by the numbers. In ground-truth mode the
-NeRD history is still recorded, so switching to neural mid-rollout starts from a full history.
+analytical solver at any step. Everything else (controllers, torques, contacts, states, resets) is the wrapped
+:class:`~nerd.envs.environment.Environment`'s, so code written against :class:`~nerd.envs.protocol.RobotEnv`
+cannot tell the modes apart except by the numbers. In ground-truth mode the NeRD history is still recorded, so
+switching to neural mid-rollout starts from a full history.
 """
 
 from __future__ import annotations
@@ -14,27 +15,30 @@ from pathlib import Path
 import torch
 
 from nerd.checkpoint import load_checkpoint
-from nerd.contacts import AbstractContactEnvironment
+from nerd.envs.environment import Environment
+from nerd.errors import UserError
 from nerd.features import signature_of_env
 from nerd.integrator import NeRDIntegrator
 from nerd.models.nerd_model import NeRDModel
-
-ENV_MODES = ("neural", "ground-truth")
+from nerd.modes import ENV_MODES, GROUND_TRUTH, NEURAL
 
 
 class NeuralEnvironment:
-    """Wraps an :class:`AbstractContactEnvironment`; attributes it lacks are delegated to it.
+    """A :class:`~nerd.envs.protocol.RobotEnv` that steps ``env`` with NeRD or with its own solver.
 
     Args:
-        env: The robot environment with its fixed-size contacts.
+        env: The robot environment (with its fixed-size contacts); robot-specific calls go to it directly.
         nerd_model: A trained model for this robot, or None (ground-truth mode only).
         env_mode: Initial mode, ``"neural"`` or ``"ground-truth"``.
-        history_length: NeRD history H.
+        history_length: NeRD history H the model was trained with.
     """
 
-    def __init__(self, env: AbstractContactEnvironment, nerd_model: NeRDModel | None = None,
-                 env_mode: str = "neural", history_length: int = 10):
+    def __init__(self, env: Environment, nerd_model: NeRDModel | None = None, env_mode: str = NEURAL,
+                 history_length: int = 10):
         self.env = env
+        """The wrapped robot environment."""
+        self.name, self.num_envs, self.frame_dt = env.name, env.num_envs, env.frame_dt
+        self.torch_device = env.torch_device
         self.signature = signature_of_env(env)
         self.integrator: NeRDIntegrator | None = None
         if nerd_model is not None:
@@ -47,28 +51,29 @@ class NeuralEnvironment:
         self.set_env_mode(env_mode)
 
     @classmethod
-    def from_checkpoint(cls, env: AbstractContactEnvironment, path: str | Path, env_mode: str = "neural"
-                        ) -> NeuralEnvironment:
+    def from_checkpoint(cls, env: Environment, path: str | Path, env_mode: str = NEURAL) -> NeuralEnvironment:
         """Load a NeRD checkpoint for ``env``; a checkpoint for another robot or layout is a ValueError."""
         nerd_model, signature, payload = load_checkpoint(path, device=env.torch_device)
         signature.check_compatible(signature_of_env(env))
-        history_length = payload.get("config", {}).get("history_length")
-        if not isinstance(history_length, int) or isinstance(history_length, bool) or history_length < 1:
-            raise ValueError(f"{path}: the checkpoint's config does not state a valid history_length "
-                             f"(got {history_length!r})")
-        return cls(env, nerd_model, env_mode, history_length=history_length)
+        return cls(env, nerd_model, env_mode, history_length=payload["history_length"])
 
-    def __getattr__(self, name: str):
-        return getattr(self.env, name)
-
+    # ----------------------------------------------------------------------------------------------
+    # mode
     def set_env_mode(self, env_mode: str) -> None:
         """Step with ``"neural"`` (NeRD) or ``"ground-truth"`` (the analytical solver) from now on."""
         if env_mode not in ENV_MODES:
-            raise ValueError(f"unknown env mode '{env_mode}'; valid modes: {', '.join(ENV_MODES)}")
-        if env_mode == "neural" and self.integrator is None:
-            raise ValueError("neural mode needs a NeRD model; pass nerd_model or use from_checkpoint()")
+            raise UserError(f"unknown env mode '{env_mode}'; valid modes: {', '.join(ENV_MODES)}")
+        if env_mode == NEURAL and self.integrator is None:
+            raise UserError("neural mode needs a NeRD model; pass nerd_model or use from_checkpoint()")
         self.env_mode = env_mode
 
+    def set_nan_check(self, enabled: bool) -> None:
+        """Raise on a non-finite neural state (on, the default) or leave divergence to the caller (off)."""
+        if self.integrator is not None:
+            self.integrator.set_nan_check(enabled)
+
+    # ----------------------------------------------------------------------------------------------
+    # RobotEnv: stepping and resets
     def step(self, actions: torch.Tensor) -> None:
         """Advance one frame with policy actions (N, action_dim) through the robot's controller."""
         self.env.check_actions(actions)
@@ -78,10 +83,9 @@ class NeuralEnvironment:
         """Advance one frame with joint torques (N, act_dim), in the current mode."""
         env = self.env
         env.apply_joint_act(joint_acts)
-        if self.env_mode == "ground-truth":
+        if self.env_mode == GROUND_TRUTH:
             if self.integrator is not None:
-                groups, _, _ = self.integrator.current_inputs(env.state_0, env.control, env.contacts)
-                self.integrator.push_history(groups)
+                self.integrator.observe(env.state_0, env.control, env.contacts)
             env.simulate_frame()
             return
         self.integrator.step(env.state_0, env.state_0, env.control, env.contacts, env.frame_dt)
@@ -92,10 +96,51 @@ class NeuralEnvironment:
         """Reset ``env_ids`` (all if None) to ``states`` or random ones; only their NeRD histories are cleared."""
         self.env.reset(env_ids, states, generator)
         if self.integrator is not None:
-            self.integrator.reset(env_ids)
+            self.integrator.clear_history(env_ids)
 
     def set_states(self, states: torch.Tensor, env_ids: Sequence[int] | torch.Tensor | None = None) -> None:
         """Overwrite states; the written envs start a new NeRD history (their past no longer applies)."""
         self.env.set_states(states, env_ids)
         if self.integrator is not None:
-            self.integrator.reset(env_ids)
+            self.integrator.clear_history(env_ids)
+
+    # ----------------------------------------------------------------------------------------------
+    # RobotEnv: the robot's own, unchanged by the mode
+    @property
+    def state_dim(self) -> int:
+        """S = dof_q + dof_qd."""
+        return self.env.state_dim
+
+    @property
+    def action_dim(self) -> int:
+        """Width of the policy actions."""
+        return self.env.action_dim
+
+    @property
+    def contact_count(self) -> int:
+        """Contact candidates C per env."""
+        return self.env.contact_count
+
+    def get_states(self) -> torch.Tensor:
+        """Copy of the current states (N, S), world frame."""
+        return self.env.get_states()
+
+    def get_root_body_q(self) -> torch.Tensor:
+        """Pose of each env's anchor body (N, 7), world frame."""
+        return self.env.get_root_body_q()
+
+    def get_contacts(self) -> dict[str, torch.Tensor]:
+        """Contact features of the current state, world frame."""
+        return self.env.get_contacts()
+
+    def get_body_q(self) -> torch.Tensor:
+        """Poses of all bodies (N, bodies_per_env, 7), world frame."""
+        return self.env.get_body_q()
+
+    def compute_torques(self, actions: torch.Tensor) -> torch.Tensor:
+        """The robot's controller."""
+        return self.env.compute_torques(actions)
+
+    def sample_reset_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """The robot's task reset (n, S), world frame."""
+        return self.env.sample_reset_states(n, generator)

@@ -94,11 +94,6 @@ class StateLayout:
         """Width of a state vector, ``dof_q + dof_qd``."""
         return self.dof_q + self.dof_qd
 
-    @property
-    def uses_base_frame(self) -> bool:
-        """Whether the floating base pose and twist are re-expressed in an anchor (floating, body frame)."""
-        return self.floating_base and self.states_frame == "body"
-
 
 def target_dim(layout: StateLayout) -> int:
     """Width ``P`` of the relative target: ``dof_q + dof_qd`` for every layout.
@@ -295,7 +290,8 @@ def integrate_target(states_t: Tensor, target: Tensor, anchor_t: Tensor | None, 
     In the anchor frame of step t: ``p' = p + Δp``, ``q' = normalise(normalise(δ) ⊗ q)``, joints
     ``q' = q + Δq``, ``qd' = qd + Δqd``; then back to the world with the same anchor. Continuous joints are
     *not* wrapped in the result: the engine never wraps its joint coordinates, so a neural step must not
-    either, or the two simulators would differ by 2π in their states (model inputs and Δq are wrapped). ``integrate_target(s_t, compute_target(s_t, s_t1, a, L), a, L)`` reproduces ``s_t1``; its
+    either, or the two simulators would differ by 2π in their states (model inputs and Δq are wrapped).
+    ``integrate_target(s_t, compute_target(s_t, s_t1, a, L), a, L)`` reproduces ``s_t1``; its
     quaternion comes out in the hemisphere of ``q_t`` (``q_t · q' ≥ 0``), which for an engine's continuous
     trajectory is ``q_{t+1}`` itself and otherwise ``−q_{t+1}``, the same rotation.
 

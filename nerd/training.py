@@ -18,13 +18,14 @@ import yaml
 from tqdm import tqdm
 
 from nerd.checkpoint import load_checkpoint, save_checkpoint
-from nerd.config import check_range, to_dict
+from nerd.config import ConfigError, check_range, to_dict
 from nerd.datasets.windows import TrajectoryWindows
-from nerd.errors import RolloutDivergedError
+from nerd.errors import RolloutDivergedError, UserError
 from nerd.frames import wrap_angle
 from nerd.models import ModelConfig
 from nerd.models.nerd_model import NeRDModel
-from nerd.run_dir import clear_run_dir, write_run_record, write_text_atomic
+from nerd.modes import NEURAL
+from nerd.run_dir import write_run_record, write_text_atomic
 
 RUN_DIR_ENTRIES = ("nn", "config.yaml", "git.yaml", "summary.yaml")
 """What a training run writes in its directory besides TensorBoard events (what ``--overwrite`` removes)."""
@@ -65,7 +66,8 @@ class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     """Backbone type and sizes."""
     history_length: int = 10
-    """Window length H: tokens of history the model sees."""
+    """Window length H: tokens of history the model sees (at most the transformer's ``block_size``); stored in
+    every checkpoint, and the integrator keeps that many tokens."""
     batch_size: int = 512
     """Windows per optimiser step."""
     num_epochs: int = 10
@@ -116,6 +118,12 @@ class TrainConfig:
         check_range("time_budget_minutes", self.time_budget_minutes, low=0, low_open=True)
         check_range("rollout_eval.num_envs", self.rollout_eval.num_envs, low=0)
         check_range("rollout_eval.horizon", self.rollout_eval.horizon, low=1)
+        # Checked when the config loads, not clamped later: a history the model cannot see is a config error.
+        block_size = self.model.transformer.block_size
+        if self.model.type == "transformer" and self.history_length > block_size:
+            raise ConfigError(f"config key 'history_length': {self.history_length} exceeds "
+                              f"model.transformer.block_size {block_size}, the transformer's context; "
+                              "shorten the history or enlarge block_size")
 
 
 def noisy_state_columns(layout) -> torch.Tensor:
@@ -183,21 +191,20 @@ def get_lr(step: int, total_steps: int, lr_start: float, lr_end: float) -> float
 def validation_loss(model: NeRDModel, data: TrajectoryWindows, batch_size: int, batches: int, seed: int) -> float:
     """Mean normalised loss over ``batches`` random validation batches (the same ones every epoch)."""
     model.eval()
-    losses = [model.loss(x, y).item() for x, y in data.iterate(batch_size, torch.Generator().manual_seed(seed), batches)]
+    generator = torch.Generator().manual_seed(seed)
+    losses = [model.loss(x, y).item() for x, y in data.iterate(batch_size, generator, batches)]
     model.train()
     return sum(losses) / max(len(losses), 1)
 
 
 def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int = 0,
           checkpoint: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
-    """Train a NeRD model; returns a summary (best validation loss, checkpoint paths, time).
+    """Train a NeRD model; returns a summary (best checkpoint score, checkpoint paths, time).
 
     ``checkpoint``: resume that run (same training file: its weights, optimiser and epoch) or fine-tune it on a
     new training file (its weights and normalisation statistics, a fresh optimiser, from epoch 0).
     """
     from torch.utils.tensorboard import SummaryWriter
-
-    from nerd.evaluation import evaluate_passive
 
     torch.manual_seed(seed)
     logdir = Path(logdir)
@@ -206,18 +213,93 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
     sig = train_data.signature
     for name, data in (("training", train_data), ("validation", valid_data)):
         if data.signature.env_name != cfg.env_name:
-            raise ValueError(f"the {name} dataset is for {data.signature.env_name}, but the config trains {cfg.env_name}")
+            raise UserError(
+                f"the {name} dataset is for {data.signature.env_name}, but the config trains {cfg.env_name}")
     valid_data.signature.check_compatible(sig, what="validation dataset")
     if cfg.unroll_steps < 1 or cfg.unroll_steps > cfg.history_length:
-        raise ValueError(f"unroll_steps must lie in [1, history_length = {cfg.history_length}], got {cfg.unroll_steps}")
+        raise UserError(f"unroll_steps must lie in [1, history_length = {cfg.history_length}], got {cfg.unroll_steps}")
     if cfg.unroll_steps > 1 and (sig.states_frame != "world" or sig.floating_base):
-        raise ValueError(f"unroll_steps > 1 supports world-frame robots without a floating base; {sig.env_name} is not one")
+        raise UserError(f"unroll_steps > 1 supports world-frame robots without a floating base; "
+                        f"{sig.env_name} is not one")
     if cfg.best_checkpoint_by == "rollout" and cfg.rollout_eval.num_envs < 1:
-        raise ValueError("best_checkpoint_by: rollout needs rollout_eval.num_envs > 0; set it or use valid_loss")
+        raise UserError("best_checkpoint_by: rollout needs rollout_eval.num_envs > 0; set it or use valid_loss")
+    model, optimizer, start_epoch, best_score = _init_or_resume(cfg, train_data, logdir, device, checkpoint)
 
-    start_epoch = 0
-    optimizer_state = None
-    best_score = float("inf")
+    logdir.mkdir(parents=True, exist_ok=True)
+    config_dict = to_dict(cfg)
+    write_run_record(logdir, config_dict)
+    writer = SummaryWriter(str(logdir))
+    writer.add_text("hyperparameters", "|key|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in config_dict.items()))
+
+    batches = len(range(0, len(train_data), cfg.batch_size))
+    steps_per_epoch = min(batches, cfg.batches_per_epoch or batches)
+    best_path, last_path = logdir / "nn" / "best.pt", logdir / "nn" / "last.pt"
+    noise_columns = noisy_state_columns(sig.layout)
+    noise_std = (cfg.input_noise * model.input_norms["states"].var.sqrt().float().cpu())[noise_columns]
+    history: list[dict[str, float]] = []
+    started = time.perf_counter()
+    run = _Progress(step=start_epoch * steps_per_epoch,
+                    budget=cfg.time_budget_minutes * 60.0 if cfg.time_budget_minutes else None)
+    for epoch in range(start_epoch, cfg.num_epochs):
+        if run.budget_spent:
+            break
+        epoch_start = time.perf_counter()
+        losses = _train_epoch(model, optimizer, cfg, train_data, epoch, steps_per_epoch, seed, run,
+                              (noise_columns, noise_std), writer, progress)
+        epoch_seconds = time.perf_counter() - epoch_start
+        valid = validation_loss(model, valid_data, cfg.batch_size, cfg.valid_batches, seed + 1)
+        save_checkpoint(last_path, model, sig, config_dict, history_length=cfg.history_length, epoch=epoch,
+                        optimizer=optimizer)
+        ckpt_metrics = _evaluate_epoch(cfg, last_path, epoch, device, writer)
+        writer.add_scalar("losses/valid", valid, epoch)
+        writer.add_scalar("perf/windows_per_second", len(losses) * cfg.batch_size / epoch_seconds, epoch)
+        record = {"epoch": epoch, "train_loss": sum(losses) / max(len(losses), 1), "valid_loss": valid,
+                  "epoch_seconds": epoch_seconds, **ckpt_metrics}
+        history.append(record)
+        print(" ".join(f"{k} {v:.5g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()), flush=True)
+        score = valid if cfg.best_checkpoint_by == "valid_loss" else sum(ckpt_metrics.values())
+        if score < best_score:
+            best_score = score
+            save_checkpoint(best_path, model, sig, config_dict, history_length=cfg.history_length, epoch=epoch,
+                            extra={"valid_loss": valid, **ckpt_metrics, "best_checkpoint_by": cfg.best_checkpoint_by,
+                                   "best_score": score})
+    writer.close()
+    summary = {"optimizer_steps": run.step, "windows_seen": run.step * cfg.batch_size, "step_seconds": run.seconds,
+               "best_checkpoint_by": cfg.best_checkpoint_by, "best_score": best_score,
+               "best_valid_loss": min((r["valid_loss"] for r in history), default=float("nan")),
+               "best_checkpoint": str(best_path), "last_checkpoint": str(last_path),
+               "train_seconds": time.perf_counter() - started, "epochs": history,
+               "train_windows": len(train_data), "parameters": sum(p.numel() for p in model.parameters())}
+    write_text_atomic(logdir / "summary.yaml", yaml.safe_dump(summary, sort_keys=False))
+    return summary
+
+
+@dataclass
+class _Progress:
+    """Optimiser steps taken and the CPU time they used, against the optional time budget."""
+
+    step: int
+    """Optimiser steps so far (a resumed run starts at its epoch's first step)."""
+    budget: float | None = None
+    """``time_budget_minutes`` in seconds, or None."""
+    seconds: float = 0.0
+    """CPU time of batch gathering and optimiser steps so far (this process): what the budget counts."""
+
+    @property
+    def budget_spent(self) -> bool:
+        """Whether a budget is set and used up."""
+        return self.budget is not None and self.seconds >= self.budget
+
+
+def _init_or_resume(cfg: TrainConfig, train_data: TrajectoryWindows, logdir: Path, device: str,
+                    checkpoint: str | Path | None) -> tuple[NeRDModel, torch.optim.Optimizer, int, float]:
+    """A fresh model (statistics of the training set), a resumed run or a fine-tuned one.
+
+    Returns:
+        (model in train mode, its Adam optimiser, first epoch to run, best checkpoint score so far).
+    """
+    sig = train_data.signature
+    start_epoch, optimizer_state, best_score = 0, None, float("inf")
     if checkpoint is not None:
         model, ckpt_sig, payload = load_checkpoint(checkpoint, device)
         ckpt_sig.check_compatible(sig, what="checkpoint")
@@ -228,99 +310,75 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
     else:
         model = NeRDModel(sig.input_groups, sig.target_dim, cfg.model).to(device)
         # Statistics of every step of the training set, computed once.
-        model.update_statistics({k: v.flatten(0, 1) for k, v in train_data.inputs.items()}, train_data.targets.flatten(0, 1))
+        inputs = {k: v.flatten(0, 1) for k, v in train_data.inputs.items()}
+        model.update_statistics(inputs, train_data.targets.flatten(0, 1))
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr_start)
     if optimizer_state is not None:
         optimizer.load_state_dict(optimizer_state)
+    return model, optimizer, start_epoch, best_score
 
-    logdir.mkdir(parents=True, exist_ok=True)
-    config_dict = to_dict(cfg)
-    write_run_record(logdir, config_dict)
-    writer = SummaryWriter(str(logdir))
-    writer.add_text("hyperparameters", "|key|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in config_dict.items()))
 
-    batches = len(range(0, len(train_data), cfg.batch_size))
-    steps_per_epoch = min(batches, cfg.batches_per_epoch or batches)
+def _train_epoch(model: NeRDModel, optimizer: torch.optim.Optimizer, cfg: TrainConfig, train_data: TrajectoryWindows,
+                 epoch: int, steps_per_epoch: int, seed: int, run: _Progress,
+                 noise: tuple[torch.Tensor, torch.Tensor], writer, progress: bool) -> list[float]:
+    """One epoch of batch -> (state noise) -> loss -> backward -> clip -> Adam step; returns the batch losses.
+
+    Advances ``run`` (steps, CPU seconds) and stops early once its budget is spent.
+    """
     total_steps = steps_per_epoch * cfg.num_epochs
-    best_path, last_path = logdir / "nn" / "best.pt", logdir / "nn" / "last.pt"
-    noise_columns = noisy_state_columns(sig.layout)
-    noise_std = (cfg.input_noise * model.input_norms["states"].var.sqrt().float().cpu())[noise_columns]
-    history: list[dict[str, float]] = []
-    started = time.perf_counter()
-    step = start_epoch * steps_per_epoch
-    budget = cfg.time_budget_minutes * 60.0 if cfg.time_budget_minutes else None
-    step_seconds = 0.0  # CPU time of batch gathering + optimiser steps so far (this process): what the budget counts
-    for epoch in range(start_epoch, cfg.num_epochs):
-        if budget is not None and step_seconds >= budget:
-            break
-        epoch_start, losses = time.perf_counter(), []
-        # One shuffle per (seed, epoch): a resumed run sees the orders it would have seen uninterrupted.
-        generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-        bar = tqdm(train_data.iterate(cfg.batch_size, generator, steps_per_epoch), total=steps_per_epoch,
-                   desc=f"epoch {epoch}", disable=not progress)
-        tick = time.process_time()
-        for inputs, target in bar:
-            if cfg.input_noise > 0:
-                inputs, target = add_state_noise(inputs, target, noise_columns, noise_std, generator)
-            if cfg.unroll_steps > 1:
-                inputs, target = unroll_window(model, inputs, target, sig.layout, cfg.unroll_steps)
-            if budget is not None:
-                if step_seconds >= budget:
-                    break
-                lr = cfg.lr_start + min(step_seconds / budget, 1.0) * (cfg.lr_end - cfg.lr_start)
-            else:
-                lr = get_lr(step, total_steps, cfg.lr_start, cfg.lr_end)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            loss = model.loss(inputs, target)
-            if not torch.isfinite(loss):
-                raise RolloutDivergedError(f"training diverged: the loss is {loss.item()} at step {step} (epoch {epoch}); "
-                                           "lower lr_start or check the data")
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            optimizer.step()
-            losses.append(loss.item())
-            step_seconds, tick = step_seconds + time.process_time() - tick, time.process_time()
-            if step % 50 == 0:
-                writer.add_scalar("losses/train", loss.item(), step)
-                writer.add_scalar("losses/grad_norm", grad_norm.item(), step)
-                writer.add_scalar("perf/lr", lr, step)
-                bar.set_postfix(loss=f"{loss.item():.4g}")
-            step += 1
-        epoch_seconds = time.perf_counter() - epoch_start
-        valid = validation_loss(model, valid_data, cfg.batch_size, cfg.valid_batches, seed + 1)
-        save_checkpoint(last_path, model, sig, config_dict, epoch=epoch, optimizer=optimizer)
-        ckpt_metrics = {}
-        if cfg.rollout_eval.num_envs > 0:
-            ckpt_metrics = evaluate_passive(
-                cfg.env_name, str(last_path), "neural", cfg.rollout_eval.num_envs, cfg.rollout_eval.num_envs,
-                cfg.rollout_eval.horizon, cfg.rollout_eval.seed, device=device, progress=False,
-            )["metrics"]
-            for name, value in ckpt_metrics.items():
-                writer.add_scalar(f"eval/{name}", value, epoch)
-        writer.add_scalar("losses/valid", valid, epoch)
-        writer.add_scalar("perf/windows_per_second", len(losses) * cfg.batch_size / epoch_seconds, epoch)
-        record = {"epoch": epoch, "train_loss": sum(losses) / max(len(losses), 1), "valid_loss": valid,
-                  "epoch_seconds": epoch_seconds, **ckpt_metrics}
-        history.append(record)
-        print(" ".join(f"{k} {v:.5g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()), flush=True)
-        score = valid if cfg.best_checkpoint_by == "valid_loss" else sum(ckpt_metrics.values())
-        if score < best_score:
-            best_score = score
-            save_checkpoint(best_path, model, sig, config_dict, epoch=epoch,
-                            extra={"valid_loss": valid, **ckpt_metrics, "best_checkpoint_by": cfg.best_checkpoint_by,
-                                   "best_score": score})
-    writer.close()
-    summary = {"optimizer_steps": step, "windows_seen": step * cfg.batch_size, "step_seconds": step_seconds,
-               "best_checkpoint_by": cfg.best_checkpoint_by, "best_score": best_score,
-               "best_valid_loss": min((r["valid_loss"] for r in history), default=float("nan")),
-               "best_checkpoint": str(best_path), "last_checkpoint": str(last_path),
-               "train_seconds": time.perf_counter() - started, "epochs": history,
-               "train_windows": len(train_data), "parameters": sum(p.numel() for p in model.parameters())}
-    write_text_atomic(logdir / "summary.yaml", yaml.safe_dump(summary, sort_keys=False))
-    return summary
+    noise_columns, noise_std = noise
+    losses = []
+    # One shuffle per (seed, epoch): a resumed run sees the orders it would have seen uninterrupted.
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    bar = tqdm(train_data.iterate(cfg.batch_size, generator, steps_per_epoch), total=steps_per_epoch,
+               desc=f"epoch {epoch}", disable=not progress)
+    tick = time.process_time()
+    for inputs, target in bar:
+        if cfg.input_noise > 0:
+            inputs, target = add_state_noise(inputs, target, noise_columns, noise_std, generator)
+        if cfg.unroll_steps > 1:
+            inputs, target = unroll_window(model, inputs, target, train_data.signature.layout, cfg.unroll_steps)
+        if run.budget is not None:
+            if run.budget_spent:
+                break
+            lr = cfg.lr_start + min(run.seconds / run.budget, 1.0) * (cfg.lr_end - cfg.lr_start)
+        else:
+            lr = get_lr(run.step, total_steps, cfg.lr_start, cfg.lr_end)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        loss = model.loss(inputs, target)
+        if not torch.isfinite(loss):
+            raise RolloutDivergedError(f"training diverged: the loss is {loss.item()} at step {run.step} "
+                                       f"(epoch {epoch}); lower lr_start or check the data")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        losses.append(loss.item())
+        run.seconds, tick = run.seconds + time.process_time() - tick, time.process_time()
+        if run.step % 50 == 0:
+            writer.add_scalar("losses/train", loss.item(), run.step)
+            writer.add_scalar("losses/grad_norm", grad_norm.item(), run.step)
+            writer.add_scalar("perf/lr", lr, run.step)
+            bar.set_postfix(loss=f"{loss.item():.4g}")
+        run.step += 1
+    return losses
+
+
+def _evaluate_epoch(cfg: TrainConfig, checkpoint: Path, epoch: int, device: str, writer) -> dict[str, float]:
+    """The end-of-epoch passive rollout of ``checkpoint`` against the ground truth (empty when switched off)."""
+    if cfg.rollout_eval.num_envs <= 0:
+        return {}
+    from nerd.evaluation import evaluate_passive
+
+    metrics = evaluate_passive(
+        cfg.env_name, str(checkpoint), NEURAL, cfg.rollout_eval.num_envs, cfg.rollout_eval.num_envs,
+        cfg.rollout_eval.horizon, cfg.rollout_eval.seed, device=device, progress=False,
+    )["metrics"]
+    for name, value in metrics.items():
+        writer.add_scalar(f"eval/{name}", value, epoch)
+    return metrics
 
 
 def _previous_best(source: Path, target: Path, best_checkpoint_by: str) -> float:

@@ -17,6 +17,8 @@ from typing import Any
 import h5py
 import numpy as np
 
+from nerd.errors import UserError
+
 TRAJECTORY_FIELDS = (
     "states",
     "next_states",
@@ -32,7 +34,7 @@ TRAJECTORY_FIELDS = (
 """Per-step fields of a trajectory dataset, in file order."""
 
 
-class DatasetError(ValueError):
+class DatasetError(UserError):
     """A dataset file is missing, incomplete, corrupt or does not match what was asked for."""
 
 

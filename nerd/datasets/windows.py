@@ -45,7 +45,8 @@ class TrajectoryWindows:
         targets = []
         with h5py.File(path, "r") as f:
             data = f["data"]
-            total = data["states"].shape[0] if max_trajectories is None else min(max_trajectories, data["states"].shape[0])
+            available = data["states"].shape[0]
+            total = available if max_trajectories is None else min(max_trajectories, available)
             if total == 0:
                 raise DatasetError(f"{path} holds no trajectories")
             for start in range(0, total, _CONVERT_CHUNK):

@@ -9,8 +9,13 @@ integrates it (spec §6), writes ``joint_q``/``joint_qd`` of ``state_out`` and r
 
 History: a buffer (N, H, width) per token group, left-aligned. An env with L < H valid tokens holds them at
 positions 0..L-1 and its prediction is read at position L-1; the causal backbone never looks at later
-positions, so envs with different history lengths share one forward pass. A reset clears only the reset
-envs' histories (the release cleared every env's history whenever any env reset).
+positions, so envs with different history lengths share one forward pass. :meth:`NeRDIntegrator.clear_history`
+clears only the reset envs' histories (the release cleared every env's history whenever any env reset).
+
+Public surface besides the solver contract: :meth:`~NeRDIntegrator.observe` (record a token without predicting,
+for frames the ground truth steps), :meth:`~NeRDIntegrator.clear_history` and
+:meth:`~NeRDIntegrator.set_nan_check`. Newton's ``SolverBase.reset(state, world_mask, flags)`` is not
+overridden: the integrator keeps no per-state solver data to reset.
 """
 
 from __future__ import annotations
@@ -21,9 +26,9 @@ import newton
 import torch
 import warp as wp
 
-from nerd.errors import RolloutDivergedError
+from nerd.envs.contacts import contact_features
+from nerd.errors import RolloutDivergedError, UserError
 from nerd.features import RobotSignature, build_inputs
-from nerd.frames import transform_point
 from nerd.models.nerd_model import NeRDModel
 from nerd.representation import integrate_target
 
@@ -39,14 +44,26 @@ class NeRDIntegrator(newton.solvers.SolverBase):
         anchor_body: Body index (within one env) of the robot-centric anchor.
         act_dof_indices: DoF indices (within one env's joint_qd) whose ``joint_f`` are the torques fed to the model.
         frame_dt: The frame duration the network was trained for [s]; ``step`` refuses another ``dt``.
-        history_length: Tokens of history H (10 in the paper; capped by the backbone's ``max_history``).
-        check_nan: Raise :class:`RolloutDivergedError` when a prediction is not finite.
+        history_length: Tokens of history H the network was trained with (10 in the paper). It may not exceed
+            the backbone's context (``max_history``, the transformer's ``block_size``); a backbone that reads
+            one token only (the MLP baseline, ``max_history`` 1) keeps a history of one.
+        check_nan: Raise :class:`RolloutDivergedError` when a prediction is not finite (see :meth:`set_nan_check`).
+
+    Raises:
+        ValueError: If the network's input groups do not match ``signature`` or ``history_length`` exceeds its
+            context.
     """
 
     def __init__(self, model: newton.Model, nerd_model: NeRDModel, signature: RobotSignature, *, num_envs: int,
                  anchor_body: int, act_dof_indices: Sequence[int], frame_dt: float, history_length: int = 10,
                  check_nan: bool = True):
         super().__init__(model)
+        if nerd_model.input_groups != signature.input_groups or nerd_model.output_dim != signature.target_dim:
+            raise ValueError(f"the NeRD model's inputs/outputs do not match the {signature.env_name} signature")
+        if history_length < 1 or history_length > nerd_model.max_history > 1:
+            raise UserError(f"history_length must lie in [1, {nerd_model.max_history}] (the model's context), "
+                             f"got {history_length}")
+        # Checked once here, so the per-step path runs without validation or host synchronisation.
         self.nerd_model = nerd_model
         self.signature = signature
         self.num_envs = num_envs
@@ -55,7 +72,8 @@ class NeRDIntegrator(newton.solvers.SolverBase):
         self.bodies_per_env = model.body_count // num_envs
         self.anchor_body = anchor_body
         self.act_dof_indices = list(act_dof_indices)
-        self.history_length = max(1, min(history_length, nerd_model.max_history))
+        self.history_length = min(history_length, nerd_model.max_history)
+        """Tokens kept per env: H, or 1 for a one-token backbone."""
         self.torch_device = wp.device_to_torch(model.device)
         self._history = {
             name: torch.zeros(num_envs, self.history_length, width, device=self.torch_device)
@@ -66,7 +84,15 @@ class NeRDIntegrator(newton.solvers.SolverBase):
         self._env_rows = torch.arange(num_envs, device=self.torch_device)
         self._contact_bodies: tuple[newton.Contacts, torch.Tensor] | None = None
 
-    def reset(self, env_ids: Sequence[int] | torch.Tensor | None = None) -> None:
+    def set_nan_check(self, enabled: bool) -> None:
+        """Raise :class:`RolloutDivergedError` on a non-finite prediction (on), or leave it to the caller (off).
+
+        The check synchronises with the device once per step; a caller that handles divergence per env (the RL
+        vec env) turns it off.
+        """
+        self.check_nan = enabled
+
+    def clear_history(self, env_ids: Sequence[int] | torch.Tensor | None = None) -> None:
         """Forget the history of ``env_ids`` (all envs if None).
 
         The tokens are zeroed too, not only the counts: attention still computes the masked positions, and a
@@ -90,44 +116,42 @@ class NeRDIntegrator(newton.solvers.SolverBase):
         features = None
         if sig.contact_count:
             if contacts is None:
-                raise ValueError(f"{sig.env_name} has {sig.contact_count} contact candidates; step() needs its contacts")
-            features = self._contact_features(wp.to_torch(state.body_q), contacts)
+                raise ValueError(
+                    f"{sig.env_name} has {sig.contact_count} contact candidates; step() needs its contacts")
+            features = contact_features(wp.to_torch(state.body_q), self._candidate_bodies(contacts), contacts, n)
         groups, anchor = build_inputs(sig, states, body_q[:, self.anchor_body], torques, features)
         return groups, anchor, states
 
-    def _contact_features(self, body_q: torch.Tensor, contacts: newton.Contacts) -> dict[str, torch.Tensor]:
-        n, c = self.num_envs, self.signature.contact_count
+    def _candidate_bodies(self, contacts: newton.Contacts) -> torch.Tensor:
+        """(N * C,) body of each contact, gathered once per contact set (its candidates' bodies are fixed)."""
         if self._contact_bodies is None or self._contact_bodies[0] is not contacts:
-            # The candidates' bodies are fixed for a contact set: gather them once, not every step.
             shape_body = wp.to_torch(self.model.shape_body)
             self._contact_bodies = (contacts, shape_body[wp.to_torch(contacts.rigid_contact_shape0).long()])
-        bodies = self._contact_bodies[1]
-        x = transform_point(body_q[bodies], wp.to_torch(contacts.rigid_contact_point0))
-        # Newton's normal points from the robot into the ground; the features use the ground's outward normal.
-        normal = -wp.to_torch(contacts.rigid_contact_normal)
-        ground = wp.to_torch(contacts.rigid_contact_point1)
-        return {
-            "contact_normals": normal.view(n, c, 3),
-            "contact_points_1": ground.view(n, c, 3),
-            "contact_depths": ((x - ground) * normal).sum(-1).view(n, c),
-            "contact_thicknesses": wp.to_torch(contacts.rigid_contact_margin0).view(n, c),
-        }
+        return self._contact_bodies[1]
+
+    def observe(self, state: newton.State, control: newton.Control, contacts: newton.Contacts | None) -> None:
+        """Record the token of ``state`` without predicting: for frames that another solver steps.
+
+        Keeps the history current while the ground truth runs, so a switch to the integrator mid-rollout starts
+        from a full history.
+        """
+        groups, _, _ = self.current_inputs(state, control, contacts)
+        self.push_history(groups)
 
     def push_history(self, groups: dict[str, torch.Tensor]) -> None:
         """Append one token (N, width per group) to every env's history, dropping the oldest when full."""
-        full = self.history_count == self.history_length
-        any_full = bool(full.any())
+        # Branch-free (no host synchronisation): full envs shift left by one, then every env writes its slot.
+        full = (self.history_count == self.history_length)[:, None, None]
         position = self.history_count.clamp(max=self.history_length - 1)
         for name, buffer in self._history.items():
-            if any_full:
-                buffer[full] = torch.roll(buffer[full], shifts=-1, dims=1)
+            buffer.copy_(torch.where(full, torch.roll(buffer, shifts=-1, dims=1), buffer))
             buffer[self._env_rows, position] = groups[name].to(buffer.dtype)
         self.history_count = (self.history_count + 1).clamp(max=self.history_length)
 
     @torch.no_grad()
     def predict_targets(self) -> torch.Tensor:
         """De-normalised relative targets (N, P) from the current histories (each needs one token at least)."""
-        return self.nerd_model.predict(self._history, lengths=self.history_count)
+        return self.nerd_model.predict_from_history(self._history, self.history_count)
 
     # ----------------------------------------------------------------------------------------------
     def step(self, state_in: newton.State, state_out: newton.State, control: newton.Control,

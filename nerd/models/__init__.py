@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
+from nerd.errors import UserError
 from nerd.models.mlp import MLPConfig, MLPModel
 from nerd.models.rnn import RNNConfig, RNNModel
 from nerd.models.transformer import TransformerConfig, TransformerModel
@@ -36,7 +37,7 @@ class ModelConfig:
     mlp: MLPConfig = field(default_factory=MLPConfig)
     """Options used when ``type`` is ``mlp``."""
     rnn: RNNConfig = field(default_factory=RNNConfig)
-    """Options used when ``type`` is ``gru`` or ``lstm`` (the type fixes the cell)."""
+    """Options used when ``type`` is ``gru`` or ``lstm`` (the type is the cell: one knob, no ``rnn.cell``)."""
 
 
 def build_backbone(cfg: ModelConfig, input_dim: int, output_dim: int) -> nn.Module:
@@ -54,7 +55,7 @@ def build_backbone(cfg: ModelConfig, input_dim: int, output_dim: int) -> nn.Modu
         ValueError: If ``cfg.type`` is not a registered type.
     """
     if cfg.type not in MODEL_TYPES:
-        raise ValueError(f"Unknown model type '{cfg.type}'. Valid model types are: {sorted(MODEL_TYPES)}")
+        raise UserError(f"Unknown model type '{cfg.type}'. Valid model types are: {sorted(MODEL_TYPES)}")
     config_cls, model_cls = MODEL_TYPES[cfg.type]
     # The sub-config is the ModelConfig field of the type's config class, so a new backbone needs only
     # a registry entry and a field.
@@ -62,8 +63,7 @@ def build_backbone(cfg: ModelConfig, input_dim: int, output_dim: int) -> nn.Modu
         getattr(cfg, f.name) for f in dataclasses.fields(cfg) if isinstance(getattr(cfg, f.name), config_cls)
     )
     if model_cls is RNNModel:
-        # Copy rather than assign so the caller's config is never mutated.
-        sub_cfg = dataclasses.replace(sub_cfg, cell=cfg.type)
+        return RNNModel(input_dim, output_dim, sub_cfg, cell=cfg.type)
     return model_cls(input_dim, output_dim, sub_cfg)
 
 

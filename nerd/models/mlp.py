@@ -12,6 +12,8 @@ from typing import Literal
 import torch
 from torch import nn
 
+from nerd.errors import UserError
+
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "relu": nn.ReLU,
     "tanh": nn.Tanh,
@@ -36,7 +38,7 @@ def build_mlp(input_dim: int, hidden: list[int], output_dim: int, activation: st
         ValueError: If ``activation`` is not a known name.
     """
     if activation not in ACTIVATIONS:
-        raise ValueError(
+        raise UserError(
             f"Invalid activation '{activation}'. Valid activations are: {sorted(ACTIVATIONS)}"
         )
     layers: list[nn.Module] = []

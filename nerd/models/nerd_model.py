@@ -124,7 +124,7 @@ class NeRDModel(nn.Module):
         """
         if target.ndim == 0 or target.shape[-1] != self.output_dim:
             raise ValueError(f"target must have shape (..., {self.output_dim}), got {tuple(target.shape)}")
-        for name, x in zip(self._input_groups, self._checked(inputs, sequence=False)):
+        for name, x in zip(self._input_groups, self._checked(inputs, sequence=False), strict=True):
             self.input_norms[name].update(x)
         self.target_norm.update(target)
 
@@ -137,10 +137,12 @@ class NeRDModel(nn.Module):
         Returns:
             Normalised predictions, shape ``(B, T, P)``; position t depends on steps 0..t only.
         """
-        groups = self._checked(inputs, sequence=True)
-        normalized = [self.input_norms[name].normalize(x) for name, x in zip(self._input_groups, groups)]
-        tokens = torch.cat(normalized, dim=-1)
-        return self.backbone(tokens)
+        return self._forward(self._checked(inputs, sequence=True))
+
+    def _forward(self, groups: list[torch.Tensor]) -> torch.Tensor:
+        """:meth:`forward` on groups already checked and in order."""
+        normalized = [self.input_norms[name].normalize(x) for name, x in zip(self._input_groups, groups, strict=True)]
+        return self.backbone(torch.cat(normalized, dim=-1))
 
     def loss(self, inputs: Mapping[str, torch.Tensor], target: torch.Tensor) -> torch.Tensor:
         """Mean squared error in normalised units over every position of the window (teacher forcing).
@@ -179,12 +181,30 @@ class NeRDModel(nn.Module):
         groups = self._checked(inputs, sequence=True)
         if lengths is None:
             keep = min(groups[0].shape[1], self.max_history)
-            cropped = {name: x[:, -keep:] for name, x in zip(self._input_groups, groups)}
+            cropped = {name: x[:, -keep:] for name, x in zip(self._input_groups, groups, strict=True)}
             return self.target_norm.denormalize(self(cropped)[:, -1])
         longest = int(lengths.max())
         if int(lengths.min()) < 1 or longest > min(groups[0].shape[1], self.max_history):
             raise ValueError(f"lengths must lie in [1, {min(groups[0].shape[1], self.max_history)}], "
                              f"got [{int(lengths.min())}, {longest}]")
-        prefix = {name: x[:, :longest] for name, x in zip(self._input_groups, groups)}
+        prefix = {name: x[:, :longest] for name, x in zip(self._input_groups, groups, strict=True)}
         rows = torch.arange(len(lengths), device=lengths.device)
         return self.target_norm.denormalize(self(prefix)[rows, lengths - 1])
+
+    def predict_from_history(self, history: Mapping[str, torch.Tensor], lengths: torch.Tensor) -> torch.Tensor:
+        """:meth:`predict` for a left-aligned history buffer whose shapes the caller has checked once.
+
+        The per-step path of the integrator: no input validation and no host synchronisation. Every position of
+        the buffer goes through the backbone; the causal backbone makes row b's prediction depend on its first
+        ``lengths[b]`` steps only.
+
+        Args:
+            history: Group name -> ``(B, T, width)`` with ``T <= max_history``, every group present.
+            lengths: ``(B,)`` valid steps per row, in ``1 .. T``.
+
+        Returns:
+            De-normalised prediction at each row's last valid step, shape ``(B, P)``.
+        """
+        out = self._forward([history[name] for name in self._input_groups])
+        rows = torch.arange(len(lengths), device=lengths.device)
+        return self.target_norm.denormalize(out[rows, lengths - 1])

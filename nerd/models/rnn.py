@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 import torch
 from torch import nn
 
+from nerd.errors import UserError
 from nerd.models.mlp import build_mlp, check_tokens
 
 RNN_CELLS: dict[str, type[nn.RNNBase]] = {"gru": nn.GRU, "lstm": nn.LSTM}
@@ -15,10 +15,8 @@ RNN_CELLS: dict[str, type[nn.RNNBase]] = {"gru": nn.GRU, "lstm": nn.LSTM}
 
 @dataclass
 class RNNConfig:
-    """Options of the recurrent baselines."""
+    """Options of the recurrent baselines (the cell is chosen by ``model.type``: ``gru`` or ``lstm``)."""
 
-    cell: Literal["gru", "lstm"] = "gru"
-    """Recurrent cell; the model types ``gru`` and ``lstm`` set it themselves, overriding this value."""
     hidden_size: int = 256
     """Width of the recurrent state."""
     num_layers: int = 2
@@ -39,25 +37,26 @@ class RNNModel(nn.Module):
 
     max_history: int = 10**9
 
-    def __init__(self, input_dim: int, output_dim: int, cfg: RNNConfig | None = None) -> None:
+    def __init__(self, input_dim: int, output_dim: int, cfg: RNNConfig | None = None, cell: str = "gru") -> None:
         """Build the network.
 
         Args:
             input_dim: Token width D.
             output_dim: Prediction width P.
-            cfg: Cell type and sizes; defaults to :class:`RNNConfig`.
+            cfg: Sizes; defaults to :class:`RNNConfig`.
+            cell: ``gru`` or ``lstm`` (``model.type`` when built by :func:`~nerd.models.build_backbone`).
 
         Raises:
-            ValueError: If ``cfg.cell`` is not a known cell.
+            ValueError: If ``cell`` is not a known cell.
         """
         super().__init__()
         cfg = cfg or RNNConfig()
-        if cfg.cell not in RNN_CELLS:
-            raise ValueError(f"Invalid RNN cell '{cfg.cell}'. Valid cells are: {sorted(RNN_CELLS)}")
-        self.cell = cfg.cell
+        if cell not in RNN_CELLS:
+            raise UserError(f"Invalid RNN cell '{cell}'. Valid cells are: {sorted(RNN_CELLS)}")
+        self.cell = cell
         self.input_dim = input_dim
         self.output_dim = output_dim
-        self.rnn = RNN_CELLS[cfg.cell](
+        self.rnn = RNN_CELLS[cell](
             input_size=input_dim, hidden_size=cfg.hidden_size, num_layers=cfg.num_layers, batch_first=True
         )
         self.head = build_mlp(cfg.hidden_size, list(cfg.head_hidden), output_dim, "relu")

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from nerd.config import check_range
+from nerd.errors import UserError
 from nerd.models.mlp import build_mlp, check_tokens
 
 
@@ -118,7 +119,7 @@ class TransformerModel(nn.Module):
         super().__init__()
         cfg = cfg or TransformerConfig()
         if cfg.n_embd % cfg.n_head != 0:
-            raise ValueError(
+            raise UserError(
                 f"transformer n_embd ({cfg.n_embd}) must be a multiple of n_head ({cfg.n_head})"
             )
         self.cfg = cfg

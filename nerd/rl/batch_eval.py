@@ -12,17 +12,17 @@ import copy
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from nerd.config import to_dict
+from nerd.errors import UserError
+from nerd.modes import GROUND_TRUTH, NEURAL, EnvMode
 from nerd.rl.config import load_rl_config
 from nerd.rl.runner import evaluate_policy, load_policy
 from nerd.rl.vec_env import check_env_config, make_vec_env
 from nerd.run_dir import write_text_atomic
-
-GT, NEURAL = "ground-truth", "neural"
 
 
 @dataclass
@@ -33,7 +33,7 @@ class PolicyEvalConfig:
     """RL config the policies were trained with (task and network)."""
     checkpoints: list[str]
     """rl-games policy checkpoints, e.g. one per training seed."""
-    simulators: list[Literal["ground-truth", "neural"]] = field(default_factory=lambda: [GT, NEURAL])
+    simulators: list[EnvMode] = field(default_factory=lambda: [GROUND_TRUTH, NEURAL])
     """Simulators to evaluate every policy in."""
     nerd_model_path: str | None = None
     """NeRD checkpoint for the neural simulator (default: the RL config's ``env.nerd_model_path``)."""
@@ -58,9 +58,9 @@ def relative_gap(neural: float, gt: float) -> float | None:
 def batch_evaluate(cfg: PolicyEvalConfig, device: str = "cpu", progress: bool = True) -> dict[str, Any]:
     """Evaluate every checkpoint in every simulator; returns the JSON-ready table (see :func:`format_markdown`)."""
     if not cfg.checkpoints:
-        raise ValueError("the eval config lists no checkpoints")
+        raise UserError("the eval config lists no checkpoints")
     if not cfg.simulators:
-        raise ValueError("the eval config lists no simulators")
+        raise UserError("the eval config lists no simulators")
     for path in cfg.checkpoints:
         if not Path(path).is_file():
             raise FileNotFoundError(f"policy checkpoint not found: {path}")
@@ -95,8 +95,8 @@ def batch_evaluate(cfg: PolicyEvalConfig, device: str = "cpu", progress: bool = 
             pooled = [r for path in picked for r in rewards[simulator][path]]
             pooled_lengths = [n for path in picked for n in lengths[simulator][path]]
             row[simulator] = {**_stats(pooled), "mean_length": float(np.mean(pooled_lengths))}
-        if GT in env_cfgs and NEURAL in env_cfgs:
-            row["relative_gap"] = relative_gap(row[NEURAL]["mean"], row[GT]["mean"])
+        if GROUND_TRUTH in env_cfgs and NEURAL in env_cfgs:
+            row["relative_gap"] = relative_gap(row[NEURAL]["mean"], row[GROUND_TRUTH]["mean"])
         rows.append(row)
     return {"config": to_dict(cfg), "robot": rl_cfg.env.robot, "task": rl_cfg.env.task,
             "simulators": list(env_cfgs), "rows": rows}
@@ -105,7 +105,7 @@ def batch_evaluate(cfg: PolicyEvalConfig, device: str = "cpu", progress: bool = 
 def format_markdown(table: dict[str, Any]) -> str:
     """The table as Markdown: one row per policy plus the pooled row."""
     sims = table["simulators"]
-    has_gap = GT in sims and NEURAL in sims
+    has_gap = GROUND_TRUTH in sims and NEURAL in sims
     header = ["policy"] + [f"{sim} reward" for sim in sims] + (["gap (neural − GT) / abs(GT)"] if has_gap else [])
     lines = [f"{table['robot']} {table['task']}: mean ± std episode reward over "
              f"{table['rows'][0][sims[0]]['num_games']} episodes per policy (seed {table['config']['seed']})", "",

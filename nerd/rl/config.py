@@ -13,9 +13,11 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from nerd.config import ConfigError, load_config, to_dict
+from nerd.errors import UserError
+from nerd.modes import NEURAL, EnvMode
 
 RL_GAMES_ENV_NAME = "nerd"
 """Name under which the vec env is registered with rl-games (``env_configurations``)."""
@@ -33,7 +35,7 @@ class RLEnvConfig:
     """Task name for that robot (``nerd.rl.tasks.TASKS``): ``swingup``; ``run``, ``spin``, ``spin_track``."""
     num_envs: int = 2048
     """Parallel envs N (rl-games' ``num_actors``)."""
-    env_mode: Literal["neural", "ground-truth"] = "neural"
+    env_mode: EnvMode = NEURAL
     """Step with the NeRD model or the analytical solver."""
     nerd_model_path: str | None = None
     """NeRD checkpoint, needed in neural mode only (relative paths are relative to the working directory)."""
@@ -85,7 +87,7 @@ def with_num_envs(cfg: RLConfig, num_envs: int) -> RLConfig:
     the optimisation schedule (gradient steps per epoch) of the file.
     """
     if num_envs < 1:
-        raise ValueError(f"--num-envs must be positive, got {num_envs}")
+        raise UserError(f"--num-envs must be positive, got {num_envs}")
     cfg = copy.deepcopy(cfg)
     config = cfg.params["config"]
     horizon = config["horizon_length"]

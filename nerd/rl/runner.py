@@ -32,7 +32,8 @@ import yaml
 from rl_games.common.algo_observer import DefaultAlgoObserver
 
 from nerd.config import to_dict
-from nerd.errors import first_line
+from nerd.errors import UserError, first_line
+from nerd.modes import GROUND_TRUTH, NEURAL
 from nerd.rl.config import RLConfig, resolve_params
 from nerd.rl.vec_env import NeRDVecEnv, check_env_config, make_vec_env, register_with_rl_games
 from nerd.run_dir import write_run_record, write_text_atomic
@@ -88,7 +89,7 @@ def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: i
     logdir = Path(logdir).resolve()
     params = resolve_params(cfg, device, seed, logdir, max_epochs)
     if params["config"].get("max_epochs", -1) < 1 and params["config"].get("max_frames", -1) < 1:
-        raise ValueError("set --max-epochs (or params.config.max_epochs) so that training ends")
+        raise UserError("set --max-epochs (or params.config.max_epochs) so that training ends")
     logdir.mkdir(parents=True, exist_ok=True)
     resolved = {"env": to_dict(cfg.env), "params": params}
     write_run_record(logdir, resolved)
@@ -124,7 +125,7 @@ def load_rl_games_checkpoint(path: str | Path, device: str | torch.device = "cpu
 
     Raises:
         FileNotFoundError: If ``path`` does not exist.
-        ValueError: If it is not an rl-games checkpoint with a ``model`` state dict, or needs other globals.
+        UserError: If it is not an rl-games checkpoint with a ``model`` state dict, or needs other globals.
     """
     path = Path(path)
     if not path.is_file():
@@ -139,9 +140,9 @@ def load_rl_games_checkpoint(path: str | Path, device: str | torch.device = "cpu
         with torch.serialization.safe_globals(safe):
             state = torch.load(path, map_location=device, weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as err:
-        raise ValueError(f"{path} is not a loadable rl-games checkpoint ({_unpickling_reason(err)})") from err
+        raise UserError(f"{path} is not a loadable rl-games checkpoint ({_unpickling_reason(err)})") from err
     if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
-        raise ValueError(f"{path} is not an rl-games checkpoint (no 'model' state dict)")
+        raise UserError(f"{path} is not an rl-games checkpoint (no 'model' state dict)")
     return state
 
 
@@ -175,7 +176,7 @@ def load_policy(cfg: RLConfig, checkpoint: str | Path, env_info: dict, device: s
     try:
         player.model.load_state_dict(state["model"])
     except RuntimeError as err:
-        raise ValueError(f"{checkpoint} does not match the network of the RL config "
+        raise UserError(f"{checkpoint} does not match the network of the RL config "
                          f"({first_line(err)})") from err
     player.has_batch_dimension = True
 
@@ -197,7 +198,7 @@ def evaluate_policy(vec_env: NeRDVecEnv, act: Callable[[torch.Tensor], torch.Ten
         observation the policy acted on).
     """
     if num_games < 1:
-        raise ValueError(f"--num-games must be positive, got {num_games}")
+        raise UserError(f"--num-games must be positive, got {num_games}")
     if seed is not None:
         vec_env.seed(seed)
     returns: list[float] = []
@@ -249,6 +250,46 @@ def play_policy(cfg: RLConfig, checkpoint: str | Path, num_games: int, device: s
     result = evaluate_policy(vec_env, act, num_games, seed)
     return {"robot": cfg.env.robot, "task": cfg.env.task, "env_mode": cfg.env.env_mode,
             "checkpoint": str(checkpoint), "seed": seed, **result}
+
+
+@torch.no_grad()
+def show_policy(cfg: RLConfig, checkpoint: str | Path, device: str = "cpu", seed: int = 0, **view_args
+                ) -> dict[str, Any]:
+    """One episode of a checkpoint's policy in the ground truth and, when the config names a NeRD model, in NeRD
+    next to it, from the same reset state (the seed's first); each copy acts on its own observations.
+
+    ``view_args`` go to :func:`nerd.viewer.record` (viewer, output_path, video, video_size, progress).
+
+    Returns:
+        :func:`nerd.viewer.record`'s summary and ``episode_reward`` per copy (up to its first termination).
+    """
+    from nerd.viewer import GROUND_TRUTH_COLOR, NERD_COLOR, record
+
+    cfg = copy.deepcopy(cfg)
+    cfg.env.num_envs = 1
+    modes = [GROUND_TRUTH] + ([NEURAL] if cfg.env.nerd_model_path else [])
+    vec_envs = []
+    for mode in modes:
+        cfg.env.env_mode = mode
+        vec_envs.append(make_vec_env(cfg.env, device, seed))
+    act = load_policy(cfg, checkpoint, vec_envs[0].get_env_info(), device)
+    observations = [vec_env.reset() for vec_env in vec_envs]
+    rewards = [0.0] * len(vec_envs)
+    running = [True] * len(vec_envs)
+
+    def advance() -> list[torch.Tensor]:
+        for i, vec_env in enumerate(vec_envs):
+            observations[i], reward, done, _ = vec_env.step(act(observations[i]))
+            if running[i]:
+                rewards[i] += float(reward[0])
+                running[i] = not bool(done[0])
+        return [vec_env.nenv.get_body_q()[0] for vec_env in vec_envs]
+
+    labels = ["ground truth", "NeRD"][: len(vec_envs)]
+    shown = record(vec_envs[0].nenv.env, [GROUND_TRUTH_COLOR, NERD_COLOR][: len(vec_envs)], vec_envs[0].episode_length,
+                   vec_envs[0].nenv.frame_dt, advance, [v.nenv.get_body_q()[0] for v in vec_envs], labels=labels,
+                   **view_args)
+    return {**shown, "episode_reward": dict(zip(labels, rewards, strict=False))}
 
 
 def format_playback(result: dict[str, Any]) -> str:

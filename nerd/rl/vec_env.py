@@ -23,8 +23,10 @@ import torch
 from rl_games.common import env_configurations, vecenv
 from rl_games.common.ivecenv import IVecEnv
 
-from envs import make_env
 from nerd.config import from_dict
+from nerd.envs import make_env
+from nerd.errors import UserError
+from nerd.modes import GROUND_TRUTH, NEURAL
 from nerd.neural_environment import NeuralEnvironment
 from nerd.rl.config import RL_GAMES_ENV_NAME, RL_GAMES_VECENV_TYPE, RLEnvConfig
 from nerd.rl.tasks import Task, task_class
@@ -56,9 +58,8 @@ class NeRDVecEnv(IVecEnv):
         if self.episode_length < 1:
             raise ValueError(f"episode_length must be positive, got {self.episode_length}")
         self.generator = torch.Generator().manual_seed(seed)
-        if nenv.integrator is not None:
-            # Divergence is handled per env below rather than raised for the whole batch.
-            nenv.integrator.check_nan = False
+        # Divergence is handled per env below rather than raised for the whole batch.
+        nenv.set_nan_check(False)
         self.observation_space = gymnasium.spaces.Box(-np.inf, np.inf, (task.observation_dim,), np.float32)
         self.action_space = gymnasium.spaces.Box(-1.0, 1.0, (nenv.action_dim,), np.float32)
         self.progress = torch.zeros(self.num_envs, dtype=torch.long, device=self.device)
@@ -111,7 +112,7 @@ class NeRDVecEnv(IVecEnv):
     def reset_envs(self, env_ids: torch.Tensor | None) -> None:
         """Start new episodes in ``env_ids`` (all if None); only their NeRD histories are cleared."""
         ids = torch.arange(self.num_envs, device=self.device) if env_ids is None else env_ids.to(self.device)
-        states = self.task.sample_reset_states(self.nenv, len(ids), self.generator)
+        states = self.nenv.sample_reset_states(len(ids), self.generator)
         self.nenv.reset(env_ids=None if env_ids is None else ids, states=states)
         self.task.reset(ids, self.generator)
         self.progress[ids] = 0
@@ -131,10 +132,10 @@ def check_env_config(cfg: RLEnvConfig) -> type[Task]:
     """
     cls = task_class(cfg.robot, cfg.task)
     if cfg.num_envs < 1:
-        raise ValueError(f"num_envs must be positive, got {cfg.num_envs}")
-    if cfg.env_mode == "neural":
+        raise UserError(f"num_envs must be positive, got {cfg.num_envs}")
+    if cfg.env_mode == NEURAL:
         if not cfg.nerd_model_path:
-            raise ValueError("neural mode needs a NeRD model: pass --nerd-model-path (or set env.nerd_model_path), "
+            raise UserError("neural mode needs a NeRD model: pass --nerd-model-path (or set env.nerd_model_path), "
                              "or use --env-mode ground-truth")
         if not Path(cfg.nerd_model_path).is_file():
             raise FileNotFoundError(f"NeRD model not found: {cfg.nerd_model_path}")
@@ -150,10 +151,10 @@ def make_vec_env(cfg: RLEnvConfig, device: str = "cpu", seed: int = 0) -> NeRDVe
     cls = check_env_config(cfg)
     env = make_env(cfg.robot, cfg.num_envs, device=device, solver=cfg.solver,
                    mass_matrix_refresh=cfg.mass_matrix_refresh, contact_friction=cfg.contact_friction)
-    if cfg.env_mode == "neural":
-        nenv = NeuralEnvironment.from_checkpoint(env, cfg.nerd_model_path, env_mode="neural")
+    if cfg.env_mode == NEURAL:
+        nenv = NeuralEnvironment.from_checkpoint(env, cfg.nerd_model_path, env_mode=NEURAL)
     else:
-        nenv = NeuralEnvironment(env, None, env_mode="ground-truth")
+        nenv = NeuralEnvironment(env, None, env_mode=GROUND_TRUTH)
     return NeRDVecEnv(nenv, cls(cfg.num_envs, nenv.torch_device), cfg.episode_length, seed)
 
 
@@ -161,7 +162,7 @@ def _create_from_env_config(num_actors: int | None = None, **env_config) -> NeRD
     """rl-games' creator: ``env_config`` is ``{"env": RLEnvConfig as a dict, "device": str, "seed": int}``."""
     cfg = from_dict(RLEnvConfig, env_config["env"], prefix="env")
     if num_actors is not None and num_actors != cfg.num_envs:
-        raise ValueError(f"rl-games asks for {num_actors} actors but the env config has {cfg.num_envs} envs")
+        raise UserError(f"rl-games asks for {num_actors} actors but the env config has {cfg.num_envs} envs")
     return make_vec_env(cfg, env_config.get("device", "cpu"), env_config.get("seed", 0))
 
 

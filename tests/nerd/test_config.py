@@ -22,10 +22,13 @@ def test_shipped_configs_load(tmp_path):
 
 @pytest.mark.parametrize("data,message", [
     ({"env_name": "Cartpole", "batch_sise": 3}, "unknown config key 'batch_sise'"),
-    ({"env_name": "Cartpole", "model": {"transformer": {"n_embd": "big"}}}, "'model.transformer.n_embd': expected an integer"),
+    ({"env_name": "Cartpole", "model": {"transformer": {"n_embd": "big"}}},
+     "'model.transformer.n_embd': expected an integer"),
     ({"env_name": "Cartpole", "lr_start": True}, "'lr_start': expected a number"),
     ({"env_name": "Cartpole", "model": {"mlp": {"activation": "swish"}}}, "'model.mlp.activation': expected one of"),
     ({"batch_size": 3}, "missing required config key 'env_name'"),
+    ({"env_name": "Cartpole", "history_length": 17, "model": {"transformer": {"block_size": 16}}},
+     "'history_length': 17 exceeds model.transformer.block_size 16"),
 ])
 def test_invalid_configs_name_the_key(data, message):
     """Unknown keys, wrong types, invalid choices and missing keys raise ConfigError naming the dotted key."""
@@ -45,7 +48,8 @@ def test_engine_free_modules_do_not_import_warp():
     """Models, normalisation, frames, representation, features, datasets and training stay engine-free."""
     code = (
         "import sys, nerd.models.nerd_model, nerd.normalization, nerd.frames, nerd.representation, nerd.features, "
-        "nerd.datasets.hdf5, nerd.datasets.windows, nerd.datasets.summary, nerd.checkpoint, nerd.config, nerd.training; "
+        "nerd.datasets.hdf5, nerd.datasets.windows, nerd.datasets.summary, nerd.checkpoint, nerd.config, "
+        "nerd.training; "
         "bad = [m for m in ('warp', 'newton') if m in sys.modules]; assert not bad, bad"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from envs import make_env
 from nerd.datasets.hdf5 import TRAJECTORY_FIELDS, DatasetError, load_trajectories, read_attrs
+from nerd.envs import make_env
 from nerd.generation import GenerationConfig, _finite_trajectories, generate_dataset
 
 
@@ -125,3 +125,20 @@ def test_same_seed_same_data(tmp_path):
     b = load_trajectories(generate_dataset(cfg, tmp_path / "b.hdf5", progress=False).path)
     np.testing.assert_array_equal(a["states"], b["states"])
     np.testing.assert_array_equal(a["joint_acts"], b["joint_acts"])
+
+
+def test_summary_and_plot_name_coordinates_with_units(pendulum_dataset, tmp_path):
+    """The file stores coordinate names; the summary table and the PNG (states, then torques) use them."""
+    from nerd.datasets.summary import coordinate_names, format_summary, plot_dataset, summarize_dataset
+
+    path, _ = pendulum_dataset
+    attrs = read_attrs(path)
+    assert attrs["state_names"] == ["joint_0 q [rad]", "joint_1 q [rad]", "joint_0 qd [rad/s]", "joint_1 qd [rad/s]"]
+    assert attrs["joint_act_names"] == ["joint_0 [N·m]", "joint_1 [N·m]"]
+    assert "joint_1 qd [rad/s]" in format_summary(summarize_dataset(path))
+    # An older file without stored names gets them from the robot; an unknown robot gets indices.
+    legacy = {k: v for k, v in attrs.items() if k not in ("state_names", "joint_act_names")}
+    assert coordinate_names(legacy) == (attrs["state_names"], attrs["joint_act_names"])
+    assert coordinate_names({**legacy, "env_name": "Robot"})[1] == ["joint_act[0]", "joint_act[1]"]
+    png = plot_dataset(path, tmp_path / "plot.png")
+    assert png.stat().st_size > 10_000

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from envs import make_env
+from nerd.envs import make_env
 from nerd.features import active_contact_mask, build_inputs, signature_of_env
 from nerd.frames import quat_from_axis_angle, quat_mul, quat_rotate
 
@@ -33,7 +33,7 @@ def test_inactive_contacts_are_zeroed():
 def test_translated_and_yawed_ant_gives_identical_inputs():
     """Moving and turning the whole ant on the flat ground leaves every model input unchanged (spec §5)."""
     env = make_env("Ant", 2)
-    base = env.env.sample_initial_states(1, torch.Generator().manual_seed(4))[0]
+    base = env.sample_initial_states(1, torch.Generator().manual_seed(4))[0]
     yaw = quat_from_axis_angle(torch.tensor([0.0, 0.0, 1.0]), torch.tensor(1.1))
     moved = base.clone()
     moved[:2] += torch.tensor([2.5, -1.5])
@@ -41,12 +41,14 @@ def test_translated_and_yawed_ant_gives_identical_inputs():
     moved[15:18] = quat_rotate(yaw, base[15:18])
     moved[18:21] = quat_rotate(yaw, base[18:21])
     env.set_states(torch.stack([base, moved]))
-    groups, _ = build_inputs(signature_of_env(env), env.get_states(), env.get_root_body_q(), torch.zeros(2, 8), env.get_contacts())
+    groups, _ = build_inputs(signature_of_env(env), env.get_states(), env.get_root_body_q(), torch.zeros(2, 8),
+                             env.get_contacts())
     for name, value in groups.items():
         torch.testing.assert_close(value[0], value[1], atol=2e-5, rtol=0, msg=name)
     # A tilt is not a symmetry: gravity in the base frame changes.
     tilt = quat_from_axis_angle(torch.tensor([1.0, 0.0, 0.0]), torch.tensor(0.3))
     moved[3:7] = quat_mul(tilt, base[3:7])
     env.set_states(torch.stack([base, moved]))
-    groups, _ = build_inputs(signature_of_env(env), env.get_states(), env.get_root_body_q(), torch.zeros(2, 8), env.get_contacts())
+    groups, _ = build_inputs(signature_of_env(env), env.get_states(), env.get_root_body_q(), torch.zeros(2, 8),
+                             env.get_contacts())
     assert (groups["gravity_dir"][0] - groups["gravity_dir"][1]).abs().max() > 0.1

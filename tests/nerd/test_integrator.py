@@ -3,14 +3,15 @@
 import pytest
 import torch
 
-from envs import make_env
+from nerd.envs import make_env
 from nerd.features import build_inputs, build_targets, signature_of_env
 from nerd.models import ModelConfig
 from nerd.models.nerd_model import NeRDModel
 from nerd.models.transformer import TransformerConfig
 from nerd.neural_environment import NeuralEnvironment
 
-TINY = ModelConfig(type="transformer", transformer=TransformerConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, head_hidden=[16]))
+TINY = ModelConfig(type="transformer",
+                   transformer=TransformerConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, head_hidden=[16]))
 
 
 def tiny_neural_env(name: str, num_envs: int, env_mode: str = "neural", **kwargs) -> NeuralEnvironment:
@@ -27,8 +28,8 @@ def test_perfect_predictor_reproduces_ground_truth(name):
     gen = torch.Generator().manual_seed(1)
     gt_env = make_env(name, n)
     nenv = tiny_neural_env(name, n)
-    start = gt_env.env.sample_initial_states(n, gen)
-    torques = [gt_env.env.sample_random_torques(n, gen) for _ in range(steps)]
+    start = gt_env.sample_initial_states(n, gen)
+    torques = [gt_env.sample_random_torques(n, gen) for _ in range(steps)]
     gt_env.set_states(start)
     nenv.reset(states=start)
     sig = signature_of_env(gt_env)
@@ -43,15 +44,17 @@ def test_perfect_predictor_reproduces_ground_truth(name):
     # Body poses and contacts were refreshed from the integrated state too.
     torch.testing.assert_close(nenv.get_root_body_q(), gt_env.get_root_body_q(), atol=2e-4, rtol=0)
     if nenv.contact_count:
-        torch.testing.assert_close(nenv.get_contacts()["contact_depths"], gt_env.get_contacts()["contact_depths"], atol=2e-4, rtol=0)
+        torch.testing.assert_close(nenv.get_contacts()["contact_depths"], gt_env.get_contacts()["contact_depths"],
+                                   atol=2e-4, rtol=0)
 
 
 def test_neural_inputs_match_the_contact_environment_features():
     """The integrator rebuilds, from Newton's contact set, exactly the features the environment reports."""
     nenv = tiny_neural_env("Ant", 2)
     nenv.reset(generator=torch.Generator().manual_seed(0))
-    groups, _, _ = nenv.integrator.current_inputs(nenv.state_0, nenv.control, nenv.contacts)
-    expected, _ = build_inputs(nenv.signature, nenv.get_states(), nenv.get_root_body_q(), nenv.joint_acts, nenv.get_contacts())
+    groups, _, _ = nenv.integrator.current_inputs(nenv.env.state_0, nenv.env.control, nenv.env.contacts)
+    expected, _ = build_inputs(nenv.signature, nenv.get_states(), nenv.get_root_body_q(), nenv.env.joint_acts,
+                               nenv.get_contacts())
     for name in expected:
         torch.testing.assert_close(groups[name], expected[name], atol=1e-5, rtol=0)
 
@@ -118,8 +121,9 @@ def test_neural_mode_without_model_is_an_error():
 def test_wrong_frame_dt_is_refused():
     """The integrator predicts whole training frames and refuses another dt."""
     nenv = tiny_neural_env("Cartpole", 1)
+    env = nenv.env
     with pytest.raises(ValueError, match="whole frames"):
-        nenv.integrator.step(nenv.state_0, nenv.state_0, nenv.control, nenv.contacts, 0.001)
+        nenv.integrator.step(env.state_0, env.state_0, env.control, env.contacts, 0.001)
 
 
 def test_non_finite_prediction_stops_the_rollout():
@@ -156,3 +160,11 @@ def test_reset_forgets_non_finite_tokens_of_the_old_episode():
     nenv.set_env_mode("neural")
     nenv.step(torch.zeros(2, 1))
     assert torch.isfinite(nenv.get_states()[1]).all()
+
+
+def test_history_longer_than_the_model_context_is_refused():
+    """A history longer than the transformer's block_size is an error, not silently clamped."""
+    env = make_env("Cartpole", 1)
+    sig = signature_of_env(env)
+    with pytest.raises(ValueError, match=r"history_length must lie in \[1, 16\]"):
+        NeuralEnvironment(env, NeRDModel(sig.input_groups, sig.target_dim, TINY), history_length=17)

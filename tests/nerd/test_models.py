@@ -140,9 +140,10 @@ def test_transformer_release_parameter_count():
 def test_model_config_from_dict_selects_rnn_cell():
     """A YAML-style mapping builds a ModelConfig whose type fixes the RNN cell without mutating it."""
     cfg = from_dict(ModelConfig, {"type": "lstm", "rnn": {"hidden_size": 8, "num_layers": 1}})
+    before = dataclasses.replace(cfg, rnn=dataclasses.replace(cfg.rnn))
     model = build_backbone(cfg, input_dim=5, output_dim=3)
     assert isinstance(model.rnn, torch.nn.LSTM) and model.rnn.hidden_size == 8
-    assert cfg.rnn.cell == "gru"  # the caller's config is untouched
+    assert cfg == before  # the caller's config is untouched
     gru = build_backbone(dataclasses.replace(cfg, type="gru"), input_dim=5, output_dim=3)
     assert isinstance(gru.rnn, torch.nn.GRU)
 
@@ -158,7 +159,7 @@ def test_nerd_model_loss_decreases(model_type):
     def batch():
         inputs = random_inputs(32, 4)
         raw = torch.cat([inputs[name] for name in GROUPS], dim=-1) * scale
-        inputs = dict(zip(GROUPS, raw.split(list(GROUPS.values()), dim=-1)))
+        inputs = dict(zip(GROUPS, raw.split(list(GROUPS.values()), dim=-1), strict=True))
         return inputs, (raw / scale) @ mixing + 3.0
 
     for _ in range(10):

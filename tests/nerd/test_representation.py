@@ -184,7 +184,7 @@ def test_floating_target_quaternion_sign(gen, device):
 
 
 def test_world_target_crossing_pi_is_small(device):
-    """A continuous joint crossing ±π gives a small Δq (not ~2π); integration continues it unwrapped, like the engine."""
+    """A continuous joint crossing ±π gives a small Δq (not ~2π); integration continues it unwrapped like the engine."""
     s0 = torch.tensor([[0.3, math.pi - 0.01, 1.0, 2.0]], dtype=torch.float64, device=device)
     s1 = torch.tensor([[0.35, -math.pi + 0.02, 1.5, 2.5]], dtype=torch.float64, device=device)
     anchor = anchor_pose(s0, CARTPOLE)

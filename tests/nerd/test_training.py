@@ -5,16 +5,17 @@ import dataclasses
 import pytest
 import torch
 
-from envs import make_env
 from nerd.checkpoint import load_checkpoint, save_checkpoint
 from nerd.config import from_dict
+from nerd.envs import make_env
 from nerd.evaluation import evaluate_passive
 from nerd.features import signature_of_env
 from nerd.generation import GenerationConfig, generate_dataset
 from nerd.neural_environment import NeuralEnvironment
 from nerd.training import TrainConfig, get_lr, train
 
-TINY_MODEL = {"type": "transformer", "transformer": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "head_hidden": [16]}}
+TINY_MODEL = {"type": "transformer",
+              "transformer": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "head_hidden": [16]}}
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +27,8 @@ def pendulum_run(tmp_path_factory):
                          root / f"{split}.hdf5", progress=False)
     cfg = from_dict(TrainConfig, {
         "env_name": "PendulumWithContact", "model": TINY_MODEL, "num_epochs": 2, "batches_per_epoch": 30,
-        "batch_size": 64, "valid_batches": 5, "dataset": {"train": str(root / "train.hdf5"), "valid": str(root / "valid.hdf5")},
+        "batch_size": 64, "valid_batches": 5,
+        "dataset": {"train": str(root / "train.hdf5"), "valid": str(root / "valid.hdf5")},
         "rollout_eval": {"num_envs": 4, "horizon": 20},
     })
     summary = train(cfg, root / "logs", seed=0, progress=False)
@@ -50,8 +52,10 @@ def test_checkpoint_round_trip_is_safe_and_exact(pendulum_run, tmp_path):
     model, sig, payload = load_checkpoint(root / "logs/nn/last.pt")
     raw = torch.load(root / "logs/nn/last.pt", weights_only=True)
     assert raw["signature"]["env_name"] == "PendulumWithContact" and payload["epoch"] == 1
+    assert raw["history_length"] == 10  # a field of its own, not only inside the training config
     inputs = {name: torch.randn(3, 5, w) for name, w in sig.input_groups.items()}
-    path = save_checkpoint(tmp_path / "copy.pt", model, sig, payload["config"])
+    path = save_checkpoint(tmp_path / "copy.pt", model, sig, payload["config"],
+                           history_length=payload["history_length"])
     again, _, _ = load_checkpoint(path)
     torch.testing.assert_close(again(inputs), model(inputs), rtol=0, atol=0)
     torch.testing.assert_close(again.target_norm.mean, model.target_norm.mean, rtol=0, atol=0)
@@ -97,7 +101,8 @@ def test_best_checkpoint_minimises_the_chosen_criterion(pendulum_run, tmp_path, 
     """best.pt is the epoch with the lowest rollout error (default) or the lowest validation loss."""
     root, cfg, summary = pendulum_run
     if criterion == "valid_loss":
-        summary = train(dataclasses.replace(cfg, best_checkpoint_by="valid_loss"), tmp_path / "v", seed=0, progress=False)
+        summary = train(dataclasses.replace(cfg, best_checkpoint_by="valid_loss"), tmp_path / "v", seed=0,
+                        progress=False)
         best_path = tmp_path / "v/nn/best.pt"
     else:
         best_path = root / "logs/nn/best.pt"
@@ -154,8 +159,13 @@ def test_one_evaluation_reports_every_standard_horizon(pendulum_run):
 
 def test_state_noise_targets_land_on_the_true_next_state():
     """Perturbed inputs with corrected targets integrate back to the unperturbed next state (Cartpole and Ant)."""
-    from nerd.representation import (anchor_pose, compute_target, integrate_target, states_from_anchor_frame,
-                                         states_to_anchor_frame)
+    from nerd.representation import (
+        anchor_pose,
+        compute_target,
+        integrate_target,
+        states_from_anchor_frame,
+        states_to_anchor_frame,
+    )
     from nerd.training import add_state_noise, noisy_state_columns
 
     for name in ("Cartpole", "Ant"):
@@ -178,6 +188,34 @@ def test_state_noise_targets_land_on_the_true_next_state():
         assert (noisy_s0 - s0).abs().max() > 1e-3
         landed = integrate_target(noisy_s0, noisy_target[:, 0], anchor, sig.layout)
         torch.testing.assert_close(landed, s1, atol=2e-5, rtol=1e-5)
+
+
+def test_evaluation_std_is_the_spread_of_per_rollout_means(pendulum_run):
+    """metrics_std is the population std over rollouts of each rollout's mean error, across batches (6 rollouts
+    in batches of 4, the last one partly used), recomputed here from the same rollouts."""
+
+    from nerd.evaluation import rollout, state_errors
+    from nerd.neural_environment import NeuralEnvironment
+
+    root, _, _ = pendulum_run
+    model = str(root / "logs/nn/best.pt")
+    results = evaluate_passive("PendulumWithContact", model, "neural", 4, 6, 12, seed=500, contact_config=1,
+                               progress=False)
+    env = make_env("PendulumWithContact", 4, contact_config=1)
+    nenv = NeuralEnvironment.from_checkpoint(env, model, env_mode="ground-truth")
+    generator = torch.Generator().manual_seed(500)
+    means = []
+    for keep in (4, 2):
+        initial = env.sample_initial_states(4, generator)
+        gt, pred = rollout(nenv, initial, 12, "ground-truth"), rollout(nenv, initial, 12, "neural")
+        means.append(state_errors(gt[1:, :keep], pred[1:, :keep], env)["joint_position_error"].double().mean(0))
+    means = torch.cat(means)
+    assert results["metrics"]["joint_position_error"] == pytest.approx(means.mean().item())
+    assert results["metrics_std"]["joint_position_error"] == pytest.approx(means.std(correction=0).item())
+    assert results["metrics_std"]["joint_position_error"] > 0
+    examples = results["example_trajectories"]
+    assert len(examples["ground_truth"]) == 3 and len(examples["ground_truth"][0]) == 13
+    assert examples["state_names"] == ["joint_0 q [rad]", "joint_1 q [rad]"]
 
 
 def test_unrolled_window_with_a_perfect_model_keeps_the_data():

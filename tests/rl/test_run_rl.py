@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from envs import make_env
 from nerd.checkpoint import save_checkpoint
 from nerd.config import load_config
+from nerd.envs import make_env
 from nerd.features import signature_of_env
 from nerd.models.nerd_model import NeRDModel
 from nerd.rl.batch_eval import PolicyEvalConfig
@@ -29,7 +29,8 @@ def tiny_nerd_model(tmp_path_factory) -> str:
     """An untrained tiny Cartpole NeRD checkpoint (enough to run the neural simulator)."""
     sig = signature_of_env(make_env("Cartpole", 1))
     path = tmp_path_factory.mktemp("nerd") / "tiny.pt"
-    save_checkpoint(path, NeRDModel(sig.input_groups, sig.target_dim, TINY), sig, {"history_length": 10})
+    save_checkpoint(path, NeRDModel(sig.input_groups, sig.target_dim, TINY), sig, {"history_length": 10},
+                    history_length=10)
     return str(path)
 
 
@@ -141,3 +142,12 @@ def test_shipped_eval_config_is_valid():
     for path in (REPO / "cfg/eval").glob("*.yaml"):
         cfg = load_config(path, PolicyEvalConfig)
         assert (REPO / cfg.rl_cfg).is_file() and cfg.simulators == ["ground-truth", "neural"]
+
+
+def test_playback_viewer_shows_ground_truth_and_nerd(trained_policy, tiny_nerd_model, monkeypatch, capsys):
+    """--playback with --viewer runs one episode in both simulators side by side and reports each one's reward."""
+    code, out, err = run_script("eval/run_rl.py", "--rl-cfg", CARTPOLE_CFG, "--nerd-model-path", tiny_nerd_model,
+                                "--playback", str(trained_policy / "nn" / "last.pth"), "--viewer", "null",
+                                "--cfg-overrides", "env.episode_length=12", monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 0, err
+    assert "episode reward: ground truth" in out and ", NeRD" in out and "13 frames in" in out

@@ -47,9 +47,12 @@ def test_generate_train_evaluate_from_another_directory(tmp_path):
     out = run(str(REPO / "eval/eval_passive_motion.py"), "--env-name", "Cartpole", "--model-path", "run/nn/best.pt",
               "--env-mode", "neural", "--num-envs", "4", "--num-rollouts", "4", "--rollout-horizon", "20",
               "--output", "eval/result.json")
-    assert "cart_position_error" in out
+    assert "cart_position_error" in out and " ± " in out and "env-steps/s: ground truth" in out
     results = json.loads((tmp_path / "eval/result.json").read_text())
     assert len(results["error_vs_step"]["pole_angle_error"]) == 20
+    assert results["metric_units"] == {"cart_position_error": "m", "pole_angle_error": "rad"}
+    assert set(results["metrics_std"]) == set(results["metrics"]) and results["env_steps_per_second"]["evaluated"] > 0
+    assert "example_trajectories" not in results  # plotted, not stored
     assert (tmp_path / "eval/result.png").stat().st_size > 1000
 
 
@@ -70,7 +73,8 @@ def test_generate_refuses_to_overwrite(tmp_path, monkeypatch, capsys):
     """An existing output without --overwrite is an error and the file is left untouched."""
     (tmp_path / "x.hdf5").write_text("keep me")
     code, _, err = run_script("generate/generate_dataset.py", "--env-name", "Cartpole", "--num-transitions", "10",
-                              "--dataset-dir", str(tmp_path), "--dataset-name", "x", monkeypatch=monkeypatch, capsys=capsys)
+                              "--dataset-dir", str(tmp_path), "--dataset-name", "x",
+                              monkeypatch=monkeypatch, capsys=capsys)
     assert code == 1 and "pass --overwrite" in error_lines(err)[0]
     assert (tmp_path / "x.hdf5").read_text() == "keep me"
 
@@ -93,3 +97,22 @@ def test_eval_needs_a_model_for_neural_mode(monkeypatch, capsys):
     code, _, err = run_script("eval/eval_passive_motion.py", "--env-name", "Cartpole", "--env-mode", "neural",
                               "--num-envs", "2", "--num-rollouts", "2", monkeypatch=monkeypatch, capsys=capsys)
     assert code == 1 and "needs --model-path" in error_lines(err)[0]
+
+
+def test_user_errors_are_one_line_and_internal_errors_keep_their_traceback(capsys):
+    """run_main reports a UserError as one line with exit code 1, but lets a plain ValueError (a bug) propagate."""
+    from nerd.cli import run_main
+    from nerd.errors import UserError
+
+    def bad_input():
+        raise UserError("--num-envs must be positive, got 0")
+
+    def bug():
+        raise ValueError("shape mismatch inside the library")
+
+    with pytest.raises(SystemExit) as exit_info:
+        run_main(bad_input)
+    assert exit_info.value.code == 1
+    assert error_lines(capsys.readouterr().err) == ["error: --num-envs must be positive, got 0"]
+    with pytest.raises(ValueError, match="shape mismatch"):
+        run_main(bug)

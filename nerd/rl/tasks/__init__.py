@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from nerd.errors import UserError
 from nerd.rl.tasks.ant import AntRun, AntSpin, AntSpinTrack
 from nerd.rl.tasks.base import Task
 from nerd.rl.tasks.cartpole import CartpoleSwingUp
@@ -20,7 +21,7 @@ def task_class(robot: str, task: str) -> type[Task]:
         return TASKS[(robot, task)]
     except KeyError:
         valid = ", ".join(f"{r}/{t}" for r, t in TASKS)
-        raise ValueError(f"unknown task '{task}' for robot '{robot}'; valid tasks: {valid}") from None
+        raise UserError(f"unknown task '{task}' for robot '{robot}'; valid tasks: {valid}") from None
 
 
 def make_task(robot: str, task: str, num_envs: int, device: str | torch.device = "cpu") -> Task:

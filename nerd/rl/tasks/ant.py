@@ -16,7 +16,7 @@ no action cost (reward scale 1, bias 0):
 The release's world is Y-up; a vector (x, y, z) here is (x, z, −y) there (robots.md §0.1), so its up axis y is
 our z and its x is our x: the formulas keep their meaning (spin: counter-clockwise seen from above).
 Every task: an episode fails when the torso is lower than 0.3 m and times out after 500 steps. Episodes start
-from the robot's task reset, :meth:`envs.ant.Ant.sample_reset_states` (the release's).
+from the robot's task reset, :meth:`nerd.envs.ant.Ant.sample_reset_states` (the release's).
 
 Observation (28 numbers, the release's ``dflex`` layout, rebuilt in its Y-up world axes):
 

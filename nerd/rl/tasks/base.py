@@ -1,4 +1,7 @@
-"""The contract every RL task implements: reset distribution, observations, rewards and terminations.
+"""The contract every RL task implements: observations, rewards, terminations and per-episode parameters.
+
+Episodes start from the robot's task reset, ``sample_reset_states`` of its env module (:mod:`nerd.envs`): a
+robot's distributions live in one layer, shared by every task on it and by passive evaluation.
 
 A task is pure tensor maths on world-frame states ``[joint_q, joint_qd]`` (spec §2 conventions: Z-up, quaternions
 xyzw, a free joint's ``joint_qd = [v (COM, world), ω (world)]``), so the same code scores ground-truth and neural
@@ -23,7 +26,7 @@ class Task:
     """
 
     robot: ClassVar[str] = ""
-    """Name of the robot (``envs.ENV_NAMES``) the task drives."""
+    """Name of the robot (``nerd.envs.ENV_NAMES``) the task drives."""
     name: ClassVar[str] = ""
     """Task name, unique per robot."""
     episode_length: ClassVar[int] = 1
@@ -34,10 +37,6 @@ class Task:
     def __init__(self, num_envs: int, device: str | torch.device = "cpu"):
         self.num_envs = num_envs
         self.device = torch.device(device)
-
-    def sample_reset_states(self, env, n: int, generator: torch.Generator) -> torch.Tensor:
-        """Initial states (n, dof_q + dof_qd) of new episodes, world frame; ``env`` is the robot environment."""
-        return env.sample_reset_states(n, generator)
 
     def reset(self, env_ids: Sequence[int] | torch.Tensor, generator: torch.Generator) -> None:
         """Draw the per-episode parameters of ``env_ids`` (nothing for tasks without any)."""

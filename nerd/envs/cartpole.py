@@ -13,7 +13,7 @@ import newton
 import torch
 import warp as wp
 
-from envs.environment import Environment, uniform
+from nerd.envs.environment import Environment, uniform
 
 DENSITY = 1000.0  # [kg/m^3]
 CART_HALF_EXTENTS = (0.25, 0.25, 0.1)  # [m]

@@ -19,7 +19,8 @@ import newton
 import torch
 import warp as wp
 
-from envs.environment import Environment, uniform
+from nerd.envs.environment import Environment, uniform
+from nerd.errors import UserError
 from nerd.frames import quat_from_euler_xyz, quat_rotate
 
 LINK_LENGTH = 1.5  # [m]
@@ -71,7 +72,8 @@ class PendulumWithContact(Environment):
             builder.add_shape_capsule(
                 link, xform=wp.transform((half, 0.0, 0.0), along_x), radius=LINK_RADIUS, half_height=half, cfg=cfg
             )
-            parent_xform = wp.transform((0.0, 0.0, PIVOT_HEIGHT) if i == 0 else (LINK_LENGTH, 0.0, 0.0), wp.quat_identity())
+            pivot = (0.0, 0.0, PIVOT_HEIGHT) if i == 0 else (LINK_LENGTH, 0.0, 0.0)
+            parent_xform = wp.transform(pivot, wp.quat_identity())
             joints.append(
                 builder.add_joint_revolute(
                     links[-1] if links else -1, link, parent_xform=parent_xform, axis=(0.0, 1.0, 0.0),
@@ -86,7 +88,7 @@ class PendulumWithContact(Environment):
     def ground_plane(config_id: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Normal (3,) and a point (3,) of ground configuration ``config_id``, world frame."""
         if config_id not in GROUND_CONFIGS:
-            raise ValueError(f"unknown contact config {config_id}; valid ids: {sorted(GROUND_CONFIGS)}")
+            raise UserError(f"unknown contact config {config_id}; valid ids: {sorted(GROUND_CONFIGS)}")
         offset, euler = GROUND_CONFIGS[config_id]
         normal = quat_rotate(quat_from_euler_xyz(torch.tensor(euler)), torch.tensor([0.0, 0.0, 1.0]))
         return normal, torch.tensor([0.0, 0.0, offset])

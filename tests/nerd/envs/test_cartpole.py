@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from envs import cartpole, make_env
+from nerd.envs import cartpole, make_env
 
 M = 50.0  # cart [kg]
 m = 2.5  # pole [kg]
@@ -103,7 +103,8 @@ def test_action_is_clamped_and_scaled():
     assert torch.equal(torques, torch.tensor([[750.0, 0.0], [-1500.0, 0.0]]))
 
 
-def semi_implicit_rollout(y0: np.ndarray, frames: int, frame_dt: float, substeps: int, refresh_every: int) -> np.ndarray:
+def semi_implicit_rollout(y0: np.ndarray, frames: int, frame_dt: float, substeps: int, refresh_every: int
+                          ) -> np.ndarray:
     """Semi-implicit Euler of the Lagrangian with M(q) rebuilt every ``refresh_every`` substeps (float64).
 
     qd += dt * M(q_k)^-1 [m l sin(th) thd^2, m g l sin(th)];  q += dt * qd, where q_k is the state at the last

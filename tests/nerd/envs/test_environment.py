@@ -1,9 +1,12 @@
 """The shared Environment machinery: graph capture, state access, masked resets, input checks."""
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
-from envs import ENV_NAMES, env_class, make_env
+from nerd.envs import ENV_NAMES, env_class, make_env
 
 
 @pytest.mark.parametrize("name", ["Cartpole", "PendulumWithContact"])
@@ -11,8 +14,8 @@ def test_captured_graph_matches_uncaptured_steps(name):
     """Replaying the captured frame gives the same trajectory as launching every kernel from Python."""
     generator = torch.Generator().manual_seed(3)
     envs = [make_env(name, 3, use_graph=g) for g in (True, False)]
-    start = envs[0].env.sample_initial_states(3, generator)
-    torques = [envs[0].env.sample_random_torques(3, generator) for _ in range(20)]
+    start = envs[0].sample_initial_states(3, generator)
+    torques = [envs[0].sample_random_torques(3, generator) for _ in range(20)]
     finals = []
     for env in envs:
         env.set_states(start)
@@ -73,8 +76,8 @@ def test_samplers_respect_spec_ranges(name):
     """Initial-state and torque samplers give the documented shapes, finite values, and bounded torques."""
     env = make_env(name, 2)
     g = torch.Generator().manual_seed(0)
-    states = env.env.sample_initial_states(64, g)
-    torques = env.env.sample_random_torques(64, g)
+    states = env.sample_initial_states(64, g)
+    torques = env.sample_random_torques(64, g)
     assert states.shape == (64, env.state_dim) and torques.shape == (64, env.act_dim)
     assert torch.isfinite(states).all()
     limit = {"Cartpole": 1500.0, "PendulumWithContact": 1500.0, "Ant": 400.0}[name]
@@ -82,3 +85,25 @@ def test_samplers_respect_spec_ranges(name):
     if name == "Ant":
         assert ((states[:, 2] >= 1.0) & (states[:, 2] <= 1.3)).all()
         torch.testing.assert_close(states[:, 3:7].norm(dim=1), torch.ones(64))
+
+
+def test_environment_and_neural_environment_implement_robot_env():
+    """The analytical and the neural simulator both offer the declared RobotEnv interface, without forwarding."""
+    from nerd.envs.protocol import RobotEnv
+    from nerd.neural_environment import NeuralEnvironment
+
+    env = make_env("PendulumWithContact", 2)
+    nenv = NeuralEnvironment(env, None, "ground-truth")
+    assert isinstance(env, RobotEnv) and isinstance(nenv, RobotEnv)
+    assert not hasattr(NeuralEnvironment, "__getattr__") and not hasattr(type(env), "__getattr__")
+    assert nenv.contact_count == env.contact_count == 4 and nenv.state_dim == env.state_dim == 4
+
+
+def test_environments_import_only_the_engine_and_nerd_frames():
+    """nerd.envs sits below the rest of nerd: importing every robot loads only nerd.frames and nerd.errors."""
+    code = (
+        "import sys, nerd.envs, nerd.envs.cartpole, nerd.envs.pendulum, nerd.envs.ant, nerd.envs.protocol; "
+        "bad = sorted(m for m in sys.modules if m.startswith('nerd.') and not m.startswith('nerd.envs') "
+        "and m not in ('nerd.frames', 'nerd.errors')); assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

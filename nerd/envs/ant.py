@@ -13,7 +13,7 @@ file a 0.91 kg ant):
 Inertias are those of these shapes at these densities (Newton integrates them). Legs lie in the torso's
 local xy plane along the diagonals; hips turn about z (+-0.698 rad), ankles about the horizontal axis
 perpendicular to the leg. Contact friction is Newton's Coulomb law (``contact_friction``, see
-:data:`envs.environment.CONTACT_FRICTION`: the release's policies score the paper's rewards with it, not with
+:data:`nerd.envs.environment.CONTACT_FRICTION`: the release's policies score the paper's rewards with it, not with
 warp.sim's Huber-smoothed law).
 
 Distributions: data generation (spec §8) starts from :meth:`Ant.sample_initial_states`; the task reset (RL
@@ -40,7 +40,7 @@ import numpy as np
 import torch
 import warp as wp
 
-from envs.environment import Environment, uniform
+from nerd.envs.environment import Environment, uniform
 from nerd.frames import quat_from_axis_angle, quat_from_euler_xyz, quat_mul, quat_rotate
 
 TORSO_RADIUS = 0.25  # [m]
@@ -180,7 +180,8 @@ class Ant(Environment):
     def sample_initial_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """Torso 1.0-1.3 m high with random yaw and tilt, joints within range, random velocities (spec §8)."""
         height = uniform(INIT_HEIGHT_RANGE[0], INIT_HEIGHT_RANGE[1], n, generator)
-        euler = uniform((-INIT_TILT_RANGE, -INIT_TILT_RANGE, -math.pi), (INIT_TILT_RANGE, INIT_TILT_RANGE, math.pi), n, generator)
+        tilt = (INIT_TILT_RANGE, INIT_TILT_RANGE, math.pi)
+        euler = uniform([-t for t in tilt], tilt, n, generator)
         quat = quat_from_euler_xyz(euler)
         joints = []
         for *_, ankle_sign in LEGS:

@@ -1,8 +1,8 @@
 """Base class of the Newton robot environments: N parallel copies of one robot in one Newton model.
 
 A frame is one call of :meth:`Environment.step_with_joint_act`: ``sim_substeps`` solver steps with the
-joint torques held constant, then the collision stage (installed by
-:class:`nerd.contacts.AbstractContactEnvironment`, absent for contact-free robots), so the contact set always
+joint torques held constant, then the collision stage (the environment's
+:class:`~nerd.envs.contacts.GroundContacts`, a no-op for contact-free robots), so the contact set always
 describes the current state and is what the next frame's solver consumes. The simulator's arrays are viewed
 as torch tensors of shape (N, ·) that share memory with Warp; getters return copies.
 
@@ -14,13 +14,16 @@ world axes]`` (Newton 1.8: linear first). ``nerd.representation`` builds the rob
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import ClassVar
 
 import newton
 import numpy as np
 import torch
 import warp as wp
+
+from nerd.envs.contacts import GroundContacts
+from nerd.errors import UserError
 
 SOLVERS = ("featherstone", "xpbd", "mujoco")
 """Ground-truth solvers by name. Featherstone is the paper's ground truth and the default."""
@@ -35,13 +38,14 @@ more accurate integration. Bias forces, contacts and limits are evaluated at eve
 CONTACT_FRICTION = ("coulomb", "huber")
 """Friction law of the ground contacts (robots.md §0.3): ``"coulomb"`` Newton 1.8's, viscous kf·|vt| capped at
 mu·|Fn| (the solver evaluates it), or ``"huber"`` warp.sim's Huber-smoothed law as robots.md §0.3 states it
-(:func:`nerd.contacts.eval_ground_contact_forces`; mostly viscous, friction can exceed mu·|Fn| several-fold around
-0.5 m/s). The normal spring-damper is the same in both. The release's published Ant policies reproduce the
+(:func:`nerd.envs.contacts.eval_ground_contact_forces`; mostly viscous, friction can exceed mu·|Fn| several-fold
+around 0.5 m/s). The normal spring-damper is the same in both. The release's published Ant policies reproduce the
 paper's ground-truth rewards under ``"coulomb"`` (within 7 %) and not under ``"huber"`` (−11 % and −23 %), see
 docs/rl.md, so Coulomb is every robot's default."""
 
 
-def make_solver(name: str, model: newton.Model, sim_substeps: int, mass_matrix_refresh: str) -> newton.solvers.SolverBase:
+def make_solver(name: str, model: newton.Model, sim_substeps: int, mass_matrix_refresh: str
+                ) -> newton.solvers.SolverBase:
     """Build ground-truth solver ``name`` for ``model``; ``mass_matrix_refresh`` applies to Featherstone only."""
     if name == "featherstone":
         interval = sim_substeps if mass_matrix_refresh == "frame" else 1
@@ -58,9 +62,9 @@ class Environment:
     """N copies of one robot, stepped together by a Newton solver.
 
     Subclasses describe one robot: its constants, :meth:`build_robot`, its controller
-    (:meth:`compute_torques`) and its data samplers (:meth:`sample_initial_states`,
-    :meth:`sample_random_torques`). Everything else (replication, stepping, graph capture, state access)
-    lives here once.
+    (:meth:`compute_torques`) and its distributions: data generation (:meth:`sample_initial_states`,
+    :meth:`sample_random_torques`) and the task reset (:meth:`sample_reset_states`). Everything else
+    (replication, stepping, graph capture, state access, the fixed-size ground contacts) lives here once.
 
     Args:
         num_envs: Number of parallel copies N.
@@ -96,17 +100,18 @@ class Environment:
     def __init__(self, num_envs: int, device: str = "cpu", solver: str | None = None, use_graph: bool = True,
                  mass_matrix_refresh: str | None = None, contact_friction: str | None = None):
         if num_envs < 1:
-            raise ValueError(f"num_envs must be at least 1, got {num_envs}")
+            raise UserError(f"num_envs must be at least 1, got {num_envs}")
         solver = solver or self.default_solver
         if solver not in SOLVERS:
-            raise ValueError(f"unknown solver '{solver}'; valid solvers: {', '.join(SOLVERS)}")
+            raise UserError(f"unknown solver '{solver}'; valid solvers: {', '.join(SOLVERS)}")
         mass_matrix_refresh = mass_matrix_refresh or type(self).mass_matrix_refresh
         if mass_matrix_refresh not in MASS_MATRIX_REFRESH:
-            raise ValueError(f"unknown mass-matrix refresh '{mass_matrix_refresh}'; valid: {', '.join(MASS_MATRIX_REFRESH)}")
+            raise UserError(f"unknown mass-matrix refresh '{mass_matrix_refresh}'; "
+                            f"valid: {', '.join(MASS_MATRIX_REFRESH)}")
         self.mass_matrix_refresh = mass_matrix_refresh
         contact_friction = contact_friction or type(self).contact_friction
         if contact_friction not in CONTACT_FRICTION:
-            raise ValueError(f"unknown contact friction '{contact_friction}'; valid: {', '.join(CONTACT_FRICTION)}")
+            raise UserError(f"unknown contact friction '{contact_friction}'; valid: {', '.join(CONTACT_FRICTION)}")
         self.contact_friction = contact_friction
         self.num_envs = num_envs
         self.device = wp.get_device(device)
@@ -127,14 +132,11 @@ class Environment:
             self.solver = make_solver(solver, self.model, self.sim_substeps, mass_matrix_refresh)
         except ImportError as err:
             # An optional backend (MuJoCo Warp) that this project does not install: a choice, not a bug.
-            raise ValueError(f"solver '{solver}' is not available in this install ({err}); use 'featherstone'") from err
+            raise UserError(f"solver '{solver}' is not available in this install ({err}); use 'featherstone'") from err
 
         self.state_0 = self.model.state()
         self.state_1 = self.model.state()
         self.control = self.model.control()
-        self.contacts: newton.Contacts | None = None
-        self._collide: Callable[[], None] | None = None
-        self._contact_forces: Callable[[newton.State], None] | None = None
         self._graph = None
 
         self.dof_q = self.model.joint_coord_count // num_envs
@@ -151,7 +153,10 @@ class Environment:
         self._body_q = wp.to_torch(self.state_0.body_q).view(num_envs, self.bodies_per_env, 7)
         self.joint_acts = torch.zeros(num_envs, self.act_dim, device=self.torch_device)
         """Torques applied in the last frame, (N, act_dim) [N·m or N]."""
+        self.ground = GroundContacts(self.model, num_envs, self.bodies_per_env, self.shapes_per_env)
+        """The fixed-size ground contacts (spec §4): each env's ground plane and the solver's contact set."""
         newton.eval_fk(self.model, self.state_0.joint_q, self.state_0.joint_qd, self.state_0)
+        self.refresh_contacts()
 
     # ----------------------------------------------------------------------------------------------
     # robot description: implemented once per robot module
@@ -164,7 +169,7 @@ class Environment:
         raise NotImplementedError
 
     def sample_initial_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        """Random initial states (n, dof_q + dof_qd) for data generation (spec §8), world frame."""
+        """Initial states (n, dof_q + dof_qd), world frame, for data generation (spec §8, the release protocol)."""
         raise NotImplementedError
 
     def sample_random_torques(self, n: int, generator: torch.Generator) -> torch.Tensor:
@@ -172,8 +177,9 @@ class Environment:
         raise NotImplementedError
 
     def sample_reset_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        """The robot's own random reset (tasks, passive evaluation): (n, dof_q + dof_qd), world frame.
+        """The robot's task reset (RL episodes, passive evaluation from task states): (n, dof_q + dof_qd), world.
 
+        The one home of a robot's reset distribution: the RL tasks and ``--initial-states task`` both call it.
         Defaults to the data-generation sampler; robots whose tasks reset differently override it.
         """
         return self.sample_initial_states(n, generator)
@@ -189,6 +195,45 @@ class Environment:
     def state_dim(self) -> int:
         """Width of one env's state vector, dof_q + dof_qd."""
         return self.dof_q + self.dof_qd
+
+    def state_names(self) -> list[str]:
+        """Name and unit of every state coordinate, ``[joint_q..., joint_qd...]``, e.g. ``"pole_hinge q [rad]"``.
+
+        A free joint's coordinates are ``x y z [m]``, ``qx qy qz qw`` (quaternion, unitless), linear velocity
+        ``vx vy vz [m/s]`` and angular velocity ``wx wy wz [rad/s]``; hinges are [rad], [rad/s], sliders [m], [m/s].
+        """
+        q_names, qd_names, _ = self._coordinate_names()
+        return q_names + qd_names
+
+    def joint_act_names(self) -> list[str]:
+        """Name and unit of every joint torque (:attr:`joint_acts` columns), e.g. ``"slider [N]"``."""
+        return [self._coordinate_names()[2][i] for i in self.act_dof_indices]
+
+    def _coordinate_names(self) -> tuple[list[str], list[str], list[str]]:
+        """Names of joint_q, joint_qd and joint_f entries of one env (indices if a joint type is not covered)."""
+        q_names, qd_names, f_names = [], [], []
+        joints = self.model.joint_count // self.num_envs
+        labels, types = self.model.joint_label[:joints], self.model.joint_type.numpy()[:joints]
+        for label, joint_type in zip(labels, types, strict=True):
+            label = label.rsplit("/", 1)[-1]
+            if joint_type == newton.JointType.FREE:
+                q_names += [f"{label} {c} [m]" for c in "xyz"] + [f"{label} q{c}" for c in "xyzw"]
+                qd_names += [f"{label} v{c} [m/s]" for c in "xyz"] + [f"{label} w{c} [rad/s]" for c in "xyz"]
+                f_names += [f"{label} f{c} [N]" for c in "xyz"] + [f"{label} t{c} [N·m]" for c in "xyz"]
+            elif joint_type == newton.JointType.PRISMATIC:
+                q_names.append(f"{label} q [m]")
+                qd_names.append(f"{label} qd [m/s]")
+                f_names.append(f"{label} [N]")
+            elif joint_type == newton.JointType.REVOLUTE:
+                q_names.append(f"{label} q [rad]")
+                qd_names.append(f"{label} qd [rad/s]")
+                f_names.append(f"{label} [N·m]")
+        if len(q_names) != self.dof_q or len(qd_names) != self.dof_qd:
+            # A joint type not named above: indices rather than wrong labels.
+            q_names = [f"q[{i}]" for i in range(self.dof_q)]
+            qd_names = [f"qd[{i}]" for i in range(self.dof_qd)]
+            f_names = [f"f[{i}]" for i in range(self.dof_qd)]
+        return q_names, qd_names, f_names
 
     def get_states(self) -> torch.Tensor:
         """Copy of the current states, (N, dof_q + dof_qd), world frame."""
@@ -221,9 +266,13 @@ class Environment:
         return self._body_q[:, self.anchor_body].clone()
 
     def get_body_q(self) -> torch.Tensor:
-        """Poses of all bodies, (N, bodies_per_env, 7), world frame."""
+        """Poses [p, quat xyzw] of all bodies, (N, bodies_per_env, 7), world frame (what a viewer draws)."""
         self.synchronize()
         return self._body_q.clone()
+
+    def get_ground_planes(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(normals (N, 3), points (N, 3)) of each env's ground plane, world frame."""
+        return self.ground.planes()
 
     def reset(self, env_ids: Sequence[int] | torch.Tensor | None = None, states: torch.Tensor | None = None,
               generator: torch.Generator | None = None) -> None:
@@ -239,22 +288,42 @@ class Environment:
         self.joint_acts[rows] = 0.0
 
     # ----------------------------------------------------------------------------------------------
-    # stepping
-    def set_collision_stage(self, collide: Callable[[], None] | None, contacts: newton.Contacts | None,
-                            contact_forces: Callable[[newton.State], None] | None = None) -> None:
-        """Install the collision stage (run after every frame and state change) and the frame's contact set.
+    # contacts
+    @property
+    def contact_count(self) -> int:
+        """Contact candidates C per env (0 for a robot without collision shapes)."""
+        return self.ground.count
 
-        With ``contact_forces``, the contacts are turned into body wrenches by that function, called on every
-        substep's input state (it adds them to ``state.body_f``, which Featherstone consumes), and the solver
-        itself is given no contacts; without it, the solver evaluates ``contacts`` with its own law.
+    @property
+    def contacts(self) -> newton.Contacts | None:
+        """The Newton contact set the solver consumes (N * C ground contacts), or None without candidates."""
+        return self.ground.contacts
+
+    def set_ground_planes(self, normals: torch.Tensor, points: torch.Tensor,
+                          env_ids: Sequence[int] | torch.Tensor | None = None) -> None:
+        """Set the ground plane of each env (all if ``env_ids`` is None) and re-detect the contacts.
+
+        Args:
+            normals: (n, 3) or (3,) unit plane normals, world frame; contacts push along the normal.
+            points: (n, 3) or (3,) a point on each plane [m], world frame.
         """
-        self._collide = collide
-        self.contacts = contacts
-        self._contact_forces = contact_forces
-        self._graph = None  # the captured frame no longer matches
-        if collide is not None:
-            collide()
+        self.ground.set_planes(normals, points, env_ids)
+        self.sync_torch_writes()
+        self.refresh_contacts()
 
+    def get_contacts(self) -> dict[str, torch.Tensor]:
+        """Contact features of the current state, world frame (see :func:`~nerd.envs.contacts.contact_features`).
+
+        Returns:
+            ``contact_normals`` (N, C, 3), ``contact_points_0`` (N, C, 3) candidate points [m],
+            ``contact_points_1`` (N, C, 3) closest ground points [m], ``contact_depths`` (N, C) [m],
+            ``contact_thicknesses`` (N, C) [m].
+        """
+        self.synchronize()
+        return self.ground.features(self.state_0.body_q)
+
+    # ----------------------------------------------------------------------------------------------
+    # stepping
     def step(self, actions: torch.Tensor) -> None:
         """Advance one frame with policy actions (N, action_dim) through the robot's controller."""
         self.check_actions(actions)
@@ -263,7 +332,7 @@ class Environment:
     def check_actions(self, actions: torch.Tensor) -> None:
         """Raise a one-line ValueError unless ``actions`` is (N, action_dim) (NaN is caught on the torques)."""
         if actions.shape != (self.num_envs, self.action_dim):
-            raise ValueError(f"{self.name}: actions must have shape ({self.num_envs}, {self.action_dim}), "
+            raise UserError(f"{self.name}: actions must have shape ({self.num_envs}, {self.action_dim}), "
                              f"got {tuple(actions.shape)}")
 
     def step_with_joint_act(self, joint_acts: torch.Tensor) -> None:
@@ -280,7 +349,7 @@ class Environment:
             )
         if not bool(torch.isfinite(joint_acts).all()):
             # Reject here, the one place both modes pass through: the solver would silently return NaN states.
-            raise ValueError(f"{self.name}: joint torques (or the actions they come from) contain NaN or inf")
+            raise UserError(f"{self.name}: joint torques (or the actions they come from) contain NaN or inf")
         self.joint_acts.copy_(joint_acts)
         self._joint_f[:, self.act_dof_indices] = self.joint_acts
         self.sync_torch_writes()
@@ -301,16 +370,17 @@ class Environment:
 
     def refresh_contacts(self) -> None:
         """Re-run the collision stage for the current state (after a state was written from outside)."""
-        if self._collide is not None:
-            self._collide()
+        self.ground.detect(self.state_0.body_q)
 
     def _simulate_frame(self) -> None:
         states = (self.state_0, self.state_1)
         for i in range(self.sim_substeps):
             src, dst = states[i % 2], states[(i + 1) % 2]
             src.clear_forces()
-            if self._contact_forces is not None:
-                self._contact_forces(src)
+            if self.contact_friction == "huber" and self.contacts is not None:
+                # Our law, from the same contact set: wrenches into body_f (Featherstone copies state_in.body_f
+                # into its external forces), and no contacts for the solver's own law.
+                self.ground.apply_huber_forces(self.model, src)
                 self.solver.step(src, dst, self.control, None, self.sim_dt)
             else:
                 self.solver.step(src, dst, self.control, self.contacts, self.sim_dt)
@@ -336,7 +406,8 @@ class Environment:
             torch.cuda.current_stream(self.torch_device).synchronize()
 
 
-def uniform(low: Sequence[float] | float, high: Sequence[float] | float, n: int, generator: torch.Generator) -> torch.Tensor:
+def uniform(low: Sequence[float] | float, high: Sequence[float] | float, n: int, generator: torch.Generator
+            ) -> torch.Tensor:
     """Samples (n, len(low)) uniformly in [low, high] on the CPU, so a seed gives the same data on every device."""
     low_t = torch.as_tensor(low, dtype=torch.float32).reshape(1, -1)
     high_t = torch.as_tensor(high, dtype=torch.float32).reshape(1, -1)

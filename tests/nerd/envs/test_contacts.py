@@ -7,8 +7,8 @@ import pytest
 import torch
 import warp as wp
 
-from envs import ant, make_env, pendulum
-from nerd.contacts import FRICTION_SMOOTHING, eval_ground_contact_forces
+from nerd.envs import ant, make_env, pendulum
+from nerd.envs.contacts import FRICTION_SMOOTHING, eval_ground_contact_forces
 from nerd.frames import quat_rotate
 
 
@@ -43,15 +43,16 @@ def test_tilted_ground_config_depth_is_signed_distance():
     assert abs(normal[2].item() - math.cos(math.pi / 8) * math.cos(math.pi / 16)) < 1e-5
     x = c["contact_points_0"][0]
     torch.testing.assert_close(c["contact_depths"][0], (x - point) @ normal, atol=1e-5, rtol=0)
-    torch.testing.assert_close(c["contact_points_1"][0], x - c["contact_depths"][0, :, None] * normal, atol=1e-5, rtol=0)
+    expected_ground = x - c["contact_depths"][0, :, None] * normal
+    torch.testing.assert_close(c["contact_points_1"][0], expected_ground, atol=1e-5, rtol=0)
 
 
 def test_solver_consumes_the_same_contacts():
     """The Newton contact set handed to the solver holds the detected ground points and (negated) normals."""
     env = make_env("Ant", 2)
-    env.set_states(env.env.default_states(2))
+    env.set_states(env.default_states(2))
     c = env.get_contacts()
-    solver = env.solver_contacts
+    solver = env.contacts
     assert solver.rigid_contact_count.numpy()[0] == 2 * 25
     np.testing.assert_allclose(solver.rigid_contact_normal.numpy(), -c["contact_normals"].reshape(-1, 3).numpy())
     np.testing.assert_allclose(solver.rigid_contact_point1.numpy(), c["contact_points_1"].reshape(-1, 3).numpy())
@@ -71,7 +72,7 @@ def test_pendulum_falling_on_a_plane_stays_above_it():
 
 
 def test_ant_mass_and_torso_inertia():
-    """The Ant weighs 117.05 kg (torso 31.654, upper legs 7.832, lower legs 13.518) with torso inertia (0.596, 0.596, 1.089)."""
+    """The Ant weighs 117.05 kg (torso 31.654, upper legs 7.832, lower legs 13.518); torso inertia 0.596/0.596/1.089."""
     env = make_env("Ant", 1)
     mass = env.model.body_mass.numpy()
     np.testing.assert_allclose(mass.sum(), 117.05, atol=0.01)
@@ -84,7 +85,7 @@ def test_ant_mass_and_torso_inertia():
 def ant_at_rest():
     """The Ant (Coulomb friction, its default) after 5 s of zero torque from its default pose: (env, state)."""
     env = make_env("Ant", 1)
-    env.set_states(env.env.default_states(1))
+    env.set_states(env.default_states(1))
     for _ in range(300):
         env.step_with_joint_act(torch.zeros(1, 8))
     return env, env.get_states()

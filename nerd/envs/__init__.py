@@ -1,0 +1,56 @@
+"""Newton robot environments, one module per robot, and the registry that builds them by name.
+
+Layering: this package sits on the engine (Newton/Warp), :mod:`nerd.frames` and :mod:`nerd.errors` only; the
+rest of ``nerd`` (features, integrator, neural environment, generation, training, RL) builds on it, never the
+other way round.
+``environment.py`` is the shared base (N copies, captured frame graph, state/torque tensors) with its
+fixed-size ground contacts (``contacts.py``) as a component; every other module describes one robot.
+"""
+
+from __future__ import annotations
+
+from nerd.envs.environment import Environment
+from nerd.errors import UserError
+
+ENV_NAMES = ("Cartpole", "PendulumWithContact", "Ant")
+
+
+def env_class(name: str) -> type[Environment]:
+    """Environment class registered under ``name``; the error lists the valid names."""
+    # Imported lazily so that asking for one robot does not build every robot's module.
+    if name == "Cartpole":
+        from nerd.envs.cartpole import Cartpole as cls
+    elif name == "PendulumWithContact":
+        from nerd.envs.pendulum import PendulumWithContact as cls
+    elif name == "Ant":
+        from nerd.envs.ant import Ant as cls
+    else:
+        raise UserError(f"unknown env name '{name}'; valid names: {', '.join(ENV_NAMES)}")
+    return cls
+
+
+def make_env(name: str, num_envs: int, device: str = "cpu", solver: str | None = None, use_graph: bool = True,
+             contact_config: int | None = None, mass_matrix_refresh: str | None = None,
+             contact_friction: str | None = None) -> Environment:
+    """Build robot ``name`` with ``num_envs`` copies and its fixed-size ground contacts.
+
+    Args:
+        contact_config: Ground configuration id for robots that define several (the pendulum, spec §4);
+            None keeps the default ground, the plane z = 0.
+        mass_matrix_refresh: Featherstone's mass-matrix refresh, ``"frame"`` (the release's) or ``"substep"``;
+            None keeps the robot's default (see :data:`nerd.envs.environment.MASS_MATRIX_REFRESH`).
+        contact_friction: Ground-contact friction law, ``"coulomb"`` (Newton's) or ``"huber"`` (warp.sim's);
+            None keeps the robot's default (see :data:`nerd.envs.environment.CONTACT_FRICTION`).
+    """
+    cls = env_class(name)
+    if contact_config is not None and not hasattr(cls, "ground_plane"):
+        raise UserError(f"{name} has a single ground; --contact-config applies to PendulumWithContact only")
+    env = cls(num_envs, device=device, solver=solver, use_graph=use_graph, mass_matrix_refresh=mass_matrix_refresh,
+              contact_friction=contact_friction)
+    if contact_config is not None:
+        normal, point = cls.ground_plane(contact_config)
+        env.set_ground_planes(normal.expand(num_envs, 3), point.expand(num_envs, 3))
+    return env
+
+
+__all__ = ["ENV_NAMES", "Environment", "env_class", "make_env"]

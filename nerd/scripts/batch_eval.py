@@ -1,0 +1,40 @@
+"""Evaluate several policies in several simulators and write one table (the paper's Table 1).
+
+Installed as ``nerd-batch-eval``; ``python eval/batch_eval_policy.py`` runs the same.
+
+Example:
+    python eval/batch_eval_policy.py --eval-cfg cfg/eval/cartpole_swingup.yaml --output out/cartpole_rl.json
+"""
+
+
+from nerd.cli import add_common_args, check_output, make_parser, resolve_device, run_main
+from nerd.config import load_config
+from nerd.rl.batch_eval import PolicyEvalConfig, batch_evaluate, format_markdown, write_table
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse ``argv`` (default: the command line) and run."""
+    parser = make_parser(__doc__)
+    parser.add_argument("--eval-cfg", required=True, help="evaluation config, e.g. cfg/eval/cartpole_swingup.yaml")
+    parser.add_argument("--output", default=None, help="table JSON (a Markdown copy is written beside it)")
+    parser.add_argument("--cfg-overrides", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="config overrides, e.g. num_games=64")
+    add_common_args(parser, seed_default=None)
+    args = parser.parse_args(argv)
+
+    device = resolve_device(args.device)
+    cfg = load_config(args.eval_cfg, PolicyEvalConfig, args.cfg_overrides)
+    output = check_output(args.output, args.overwrite) if args.output else None
+    if output is not None:
+        check_output(output.with_suffix(".md"), args.overwrite)
+    table = batch_evaluate(cfg, device)
+    print(format_markdown(table))
+    if output is not None:
+        md = write_table(table, output)
+        print(f"wrote {output} and {md}")
+
+
+
+def cli() -> None:
+    """Console-script entry point ``nerd-batch-eval``: one-line errors, exit codes of :func:`nerd.cli.run_main`."""
+    run_main(main)

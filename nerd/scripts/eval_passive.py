@@ -1,0 +1,90 @@
+r"""Evaluate passive motion of NeRD (or the ground truth) against the ground-truth simulator (spec §9).
+
+Installed as ``nerd-eval``; ``python eval/eval_passive_motion.py`` runs the same.
+
+Example:
+    python eval/eval_passive_motion.py --env-name Cartpole \
+        --model-path pretrained_models/NeRD_models/Cartpole/model.pt --env-mode neural \
+        --num-envs 2048 --num-rollouts 2048 --rollout-horizon 1000 --seed 500
+    # the same model next to the ground truth, from one initial state, as an off-screen video
+    python eval/eval_passive_motion.py --env-name Cartpole \
+        --model-path pretrained_models/NeRD_models/Cartpole/model.pt --rollout-horizon 300 --video cartpole.gif
+
+With --viewer or --video the script shows one rollout (ground truth blue, NeRD orange) instead of evaluating.
+"""
+
+from pathlib import Path
+
+from nerd.cli import (
+    add_common_args,
+    add_mass_matrix_refresh_arg,
+    check_output,
+    make_parser,
+    resolve_device,
+    run_main,
+)
+from nerd.envs import ENV_NAMES, env_class
+from nerd.errors import UserError
+from nerd.evaluation import INITIAL_STATES, evaluate_passive, format_config_table, format_results, write_results
+from nerd.modes import ENV_MODES, NEURAL
+from nerd.viewer import add_viewer_args, check_viewer_args, show_passive, viewing_requested
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse ``argv`` (default: the command line) and run."""
+    parser = make_parser(__doc__)
+    parser.add_argument("--env-name", required=True, help=f"one of {', '.join(ENV_NAMES)}")
+    parser.add_argument("--model-path", default=None, help="NeRD checkpoint (needed for --env-mode neural)")
+    parser.add_argument("--env-mode", choices=ENV_MODES, default=NEURAL,
+                        help="simulator compared with the ground truth")
+    parser.add_argument("--num-envs", type=int, default=2048, help="parallel envs (rollouts per batch)")
+    parser.add_argument("--num-rollouts", type=int, default=2048, help="trajectories evaluated")
+    parser.add_argument("--rollout-horizon", type=int, default=100, help="steps per trajectory")
+    parser.add_argument("--contact-config", type=int, nargs="+", default=None,
+                        help="pendulum ground configuration(s) 0-6; several give one table over them")
+    parser.add_argument("--initial-states", choices=INITIAL_STATES, default="data",
+                        help="'data': the data-generation sampler, the release's protocol (default); "
+                             "'task': the robot's task reset distribution")
+    add_mass_matrix_refresh_arg(parser)
+    parser.add_argument("--output", default=None, help="results JSON (a PNG of error vs step is written beside it)")
+    add_common_args(parser, seed_default=500)
+    add_viewer_args(parser)
+    args = parser.parse_args(argv)
+    env_class(args.env_name)  # an unknown robot fails here, naming the valid ones
+
+    if viewing_requested(args):
+        check_viewer_args(args)
+        if args.output is not None or len(args.contact_config or [None]) > 1:
+            raise UserError("--viewer/--video show one rollout: drop --output and give at most one --contact-config")
+        shown = show_passive(args.env_name, args.model_path, args.env_mode, args.rollout_horizon, args.seed,
+                             (args.contact_config or [None])[0], resolve_device(args.device),
+                             initial_states=args.initial_states, mass_matrix_refresh=args.mass_matrix_refresh,
+                             viewer=args.viewer, output_path=args.output_path, video=args.video,
+                             video_size=args.video_size)
+        wrote = f"; wrote {shown['path']}" if shown["path"] else ""
+        print(f"{shown['frames']} frames in {shown['seconds']:.1f} s{wrote}")
+        return
+
+    output = check_output(args.output, args.overwrite) if args.output else None
+    if output is not None and len(args.contact_config or [None]) == 1:
+        check_output(Path(output).with_suffix(".png"), args.overwrite)
+    configs = args.contact_config or [None]
+    runs = [
+        evaluate_passive(args.env_name, args.model_path, args.env_mode, args.num_envs, args.num_rollouts,
+                         args.rollout_horizon, args.seed, config, resolve_device(args.device),
+                         initial_states=args.initial_states, mass_matrix_refresh=args.mass_matrix_refresh)
+        for config in configs
+    ]
+    for results in runs:
+        print(format_results(results))
+    if len(runs) > 1:
+        print(format_config_table(runs))
+    if output:
+        results = runs[0] if len(runs) == 1 else {"contact_configs": {str(r["contact_config"]): r for r in runs}}
+        write_results(results, output, Path(output).with_suffix(".png") if len(runs) == 1 else None)
+        print(f"wrote {output}" + (f" and {Path(output).with_suffix('.png')}" if len(runs) == 1 else ""))
+
+
+def cli() -> None:
+    """Console-script entry point ``nerd-eval``: one-line errors, exit codes of :func:`nerd.cli.run_main`."""
+    run_main(main)

@@ -1,0 +1,95 @@
+r"""Train a PPO policy (rl-games) in the neural or ground-truth simulator, or play a trained one back.
+
+Installed as ``nerd-rl``; ``python eval/run_rl.py`` runs the same.
+
+Examples:
+    # train in NeRD (spec §9: policies are trained in the neural simulator only)
+    python eval/run_rl.py --rl-cfg cfg/rl/Cartpole/swingup_cpu.yaml --env-mode neural \
+        --nerd-model-path runs/Cartpole_cpu/nn/best.pt --seed 0 --logdir runs/rl/cartpole_neural_0
+    # evaluate that policy in the ground truth: mean ± std episode reward and length over 2048 episodes
+    python eval/run_rl.py --rl-cfg cfg/rl/Cartpole/swingup_cpu.yaml --env-mode ground-truth \
+        --playback runs/rl/cartpole_neural_0/nn/last.pth --num-games 2048 --num-envs 2048
+    # watch one episode of it in the ground truth (blue) and in NeRD (orange), recorded off-screen
+    python eval/run_rl.py --rl-cfg cfg/rl/Cartpole/swingup_cpu.yaml \
+        --nerd-model-path runs/Cartpole_cpu/nn/best.pt --playback runs/rl/cartpole_neural_0/nn/last.pth \
+        --video swingup.gif
+"""
+
+import json
+import time
+from pathlib import Path
+
+from nerd.cli import add_common_args, add_overrides_arg, check_output, make_parser, resolve_device, run_main
+from nerd.errors import UserError
+from nerd.modes import ENV_MODES
+from nerd.rl.config import load_rl_config, with_num_envs
+from nerd.rl.runner import RUN_DIR_ENTRIES, format_playback, play_policy, show_policy, train_policy
+from nerd.run_dir import clear_run_dir, write_text_atomic
+from nerd.viewer import add_viewer_args, check_viewer_args, viewing_requested
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse ``argv`` (default: the command line) and run."""
+    parser = make_parser(__doc__)
+    parser.add_argument("--rl-cfg", required=True, help="RL config, e.g. cfg/rl/Cartpole/swingup.yaml")
+    parser.add_argument("--env-mode", choices=ENV_MODES, default=None,
+                        help="simulator (default: the config's env.env_mode)")
+    parser.add_argument("--nerd-model-path", default=None, help="NeRD checkpoint (neural mode)")
+    parser.add_argument("--num-envs", type=int, default=None, help="parallel envs (default: the config's)")
+    parser.add_argument("--max-epochs", type=int, default=None, help="PPO epochs (default: the config's)")
+    parser.add_argument("--playback", default=None, metavar="CHECKPOINT", help="evaluate this rl-games checkpoint")
+    parser.add_argument("--num-games", type=int, default=64, help="episodes to play back")
+    parser.add_argument("--output", default=None, help="playback results JSON")
+    parser.add_argument("--logdir", default=None, help="training run directory (default: runs/rl/<robot>__<task>__...)")
+    add_overrides_arg(parser, "params.config.mini_epochs=4")
+    add_common_args(parser)
+    add_viewer_args(parser)
+    args = parser.parse_args(argv)
+
+    device = resolve_device(args.device)
+    cfg = load_rl_config(args.rl_cfg, args.cfg_overrides)
+    if args.env_mode is not None:
+        cfg.env.env_mode = args.env_mode
+    if args.nerd_model_path is not None:
+        cfg.env.nerd_model_path = args.nerd_model_path
+
+    if viewing_requested(args):
+        check_viewer_args(args)
+        if args.playback is None:
+            raise UserError("--viewer/--video show a trained policy: add --playback CHECKPOINT")
+        shown = show_policy(cfg, args.playback, device, args.seed, viewer=args.viewer, output_path=args.output_path,
+                            video=args.video, video_size=args.video_size)
+        print("episode reward: " + ", ".join(f"{k} {v:.1f}" for k, v in shown["episode_reward"].items())
+              + f"; {shown['frames']} frames in {shown['seconds']:.1f} s"
+              + (f"; wrote {shown['path']}" if shown["path"] else ""))
+        return
+
+    if args.playback is not None:
+        output = check_output(args.output, args.overwrite) if args.output else None
+        result = play_policy(cfg, args.playback, args.num_games, device, args.seed, args.num_envs)
+        print(format_playback(result))
+        if output:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(output, json.dumps(result, indent=2))
+            print(f"wrote {output}")
+        return
+
+    if args.num_envs is not None:
+        cfg = with_num_envs(cfg, args.num_envs)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    logdir = Path(args.logdir or f"runs/rl/{cfg.env.robot}__{cfg.env.task}__{cfg.env.env_mode}__{args.seed}__{stamp}")
+    if logdir.exists() and any(logdir.iterdir()):
+        check_output(logdir, args.overwrite)
+        clear_run_dir(logdir, RUN_DIR_ENTRIES)
+    summary = train_policy(cfg, logdir, device, args.seed, args.max_epochs)
+    final = summary["epochs"][-1] if summary["epochs"] else None
+    print(f"trained in {summary['train_seconds']:.0f} s"
+          + (f"; epoch {final['epoch']}: mean episode reward {final['mean_episode_reward']:.2f}" if final else "")
+          + f"\nfinal policy: {summary['last_checkpoint']}"
+          + (f"\nbest policy (by training reward): {summary['best_checkpoint']}" if summary["best_checkpoint"] else ""))
+
+
+
+def cli() -> None:
+    """Console-script entry point ``nerd-rl``: one-line errors, exit codes of :func:`nerd.cli.run_main`."""
+    run_main(main)

@@ -1,0 +1,29 @@
+"""Print a dataset's summary and write a PNG of every state coordinate and joint torque (histogram, trajectories).
+
+Installed as ``nerd-visualize``; ``python generate/visualize_dataset.py`` runs the same.
+
+Example:
+    python generate/visualize_dataset.py --dataset data/Cartpole/train.hdf5 --png data/Cartpole/train.png
+"""
+
+from pathlib import Path
+
+from nerd.cli import make_parser, run_main
+from nerd.datasets.summary import format_summary, plot_dataset, summarize_dataset
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse ``argv`` (default: the command line) and run."""
+    parser = make_parser(__doc__)
+    parser.add_argument("--dataset", required=True, help="HDF5 file written by generate_dataset.py")
+    parser.add_argument("--png", default=None, help="plot path (default: next to the dataset, .png)")
+    args = parser.parse_args(argv)
+    print(format_summary(summarize_dataset(args.dataset)))
+    png = plot_dataset(args.dataset, args.png or Path(args.dataset).with_suffix(".png"))
+    print(f"wrote {png}")
+
+
+
+def cli() -> None:
+    """Console-script entry point ``nerd-visualize``: one-line errors, exit codes of :func:`nerd.cli.run_main`."""
+    run_main(main)
