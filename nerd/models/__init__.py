@@ -38,6 +38,10 @@ class ModelConfig:
     """Options used when ``type`` is ``mlp``."""
     rnn: RNNConfig = field(default_factory=RNNConfig)
     """Options used when ``type`` is ``gru`` or ``lstm`` (the type is the cell: one knob, no ``rnn.cell``)."""
+    linear_skip: bool = False
+    """Add a linear map from each (normalised) token to its prediction, beside the backbone (zero at start).
+    Much of one frame's state change is linear in the current state (``Δq ≈ dt·q̇``); a linear path learns
+    that part exactly and fast, leaving the backbone the nonlinear rest. Not in the paper: an option of ours."""
 
 
 def build_backbone(cfg: ModelConfig, input_dim: int, output_dim: int) -> nn.Module:

@@ -59,6 +59,11 @@ class NeRDModel(nn.Module):
         self.input_norms = nn.ModuleDict({name: RunningMeanStd(w) for name, w in input_groups.items()})
         self.target_norm = RunningMeanStd(output_dim)
         self.backbone = build_backbone(self.cfg, self.input_dim, self.output_dim)
+        self.skip: nn.Linear | None = None
+        if self.cfg.linear_skip:
+            self.skip = nn.Linear(self.input_dim, self.output_dim)
+            nn.init.zeros_(self.skip.weight)
+            nn.init.zeros_(self.skip.bias)
 
     @property
     def input_groups(self) -> dict[str, int]:
@@ -142,7 +147,9 @@ class NeRDModel(nn.Module):
     def _forward(self, groups: list[torch.Tensor]) -> torch.Tensor:
         """:meth:`forward` on groups already checked and in order."""
         normalized = [self.input_norms[name].normalize(x) for name, x in zip(self._input_groups, groups, strict=True)]
-        return self.backbone(torch.cat(normalized, dim=-1))
+        tokens = torch.cat(normalized, dim=-1)
+        out = self.backbone(tokens)
+        return out if self.skip is None else out + self.skip(tokens)
 
     def loss(self, inputs: Mapping[str, torch.Tensor], target: torch.Tensor) -> torch.Tensor:
         """Mean squared error in normalised units over every position of the window (teacher forcing).

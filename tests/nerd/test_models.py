@@ -290,3 +290,37 @@ def test_models_do_not_import_the_engine():
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
+
+
+def test_linear_skip_learns_a_linear_map_far_better():
+    """On a linear target (as Δq ≈ dt·q̇ is), the linear skip path reaches a lower loss (measured 6x) in 300 steps."""
+    results = {}
+    for skip in (False, True):
+        torch.manual_seed(0)
+        cfg = dataclasses.replace(tiny_config("transformer"), linear_skip=skip)
+        model = NeRDModel(GROUPS, output_dim=4, cfg=cfg)
+        mixing = torch.randn(model.input_dim, 4)
+
+        def batch(mixing=mixing):
+            inputs = random_inputs(32, 4)
+            return inputs, torch.cat([inputs[name] for name in GROUPS], dim=-1) @ mixing
+
+        for _ in range(10):
+            model.update_statistics(*batch())
+        optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+        for _ in range(300):
+            loss = model.loss(*batch())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        results[skip] = sum(model.loss(*batch()).item() for _ in range(5)) / 5
+    assert results[True] < 0.3 * results[False], results
+    # The path is per token, so the model stays causal, and it travels with the state dict.
+    state = model.state_dict()
+    assert "skip.weight" in state
+    again = NeRDModel(GROUPS, output_dim=4, cfg=cfg)
+    again.load_state_dict(state)
+    inputs = random_inputs(2, 5)
+    torch.testing.assert_close(again(inputs), model(inputs), rtol=0, atol=0)
+    cut = {name: x[:, :3] for name, x in inputs.items()}
+    torch.testing.assert_close(model(cut), model(inputs)[:, :3], rtol=1e-5, atol=1e-6)
