@@ -104,7 +104,20 @@ class Terminated(KeyboardInterrupt):
 
 
 def _raise_terminated(signum: int, frame) -> None:
+    # An exception raised while a finalizer (__del__) or a C callback runs is printed and swallowed by Python, and
+    # the run would go on. So re-deliver every second until it propagates; not while it is already being handled
+    # (clean-up code in an ``except`` block must not be interrupted by a second one).
+    if isinstance(sys.exc_info()[1], Terminated):
+        return
+    signal.signal(signal.SIGALRM, _raise_terminated)
+    signal.setitimer(signal.ITIMER_REAL, 1.0, 1.0)
     raise Terminated()
+
+
+def _quiet_swallowed_termination(unraisable) -> None:
+    # A Terminated swallowed in a finalizer is re-delivered (see _raise_terminated): no traceback for it.
+    if not isinstance(unraisable.exc_value, Terminated):
+        sys.__unraisablehook__(unraisable)
 
 
 def run_main(main: Callable[[], None]) -> None:
@@ -120,9 +133,11 @@ def run_main(main: Callable[[], None]) -> None:
         warp.config.log_level = warp.LOG_WARNING
     # SIGTERM (kill, a scheduler's time-out) unwinds like Ctrl-C, so partial outputs are cleaned up the same way.
     signal.signal(signal.SIGTERM, _raise_terminated)
+    sys.unraisablehook = _quiet_swallowed_termination
     try:
         main()
     except Terminated:
+        signal.setitimer(signal.ITIMER_REAL, 0)
         print("terminated", file=sys.stderr)
         sys.exit(143)
     except KeyboardInterrupt:

@@ -179,6 +179,7 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
         "contact_config": contact_config,
         "initial_states": initial_states,
         "mass_matrix_refresh": env.mass_matrix_refresh,
+        "contact_friction": env.contact_friction,
         "metrics": {name: float(v.mean()) for name, v in per_step.items() if name != "per_dof"},
         "metrics_by_horizon": {
             str(h): {name: float(v[:h].mean()) for name, v in per_step.items() if name != "per_dof"} for h in horizons

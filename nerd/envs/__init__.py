@@ -30,7 +30,8 @@ def env_class(name: str) -> type[Environment]:
 
 
 def make_env(name: str, num_envs: int, device: str = "cpu", solver: str | None = None, use_graph: bool = True,
-             contact_config: int | None = None, mass_matrix_refresh: str | None = None) -> Environment:
+             contact_config: int | None = None, mass_matrix_refresh: str | None = None,
+             contact_friction: str | None = None) -> Environment:
     """Build robot ``name`` with ``num_envs`` copies and its fixed-size ground contacts.
 
     Args:
@@ -38,11 +39,14 @@ def make_env(name: str, num_envs: int, device: str = "cpu", solver: str | None =
             None keeps the default ground, the plane z = 0.
         mass_matrix_refresh: Featherstone's mass-matrix refresh, ``"frame"`` (the release's) or ``"substep"``;
             None keeps the robot's default (see :data:`nerd.envs.environment.MASS_MATRIX_REFRESH`).
+        contact_friction: Ground-contact friction law, ``"coulomb"`` (Newton's) or ``"huber"`` (warp.sim's);
+            None keeps the robot's default (see :data:`nerd.envs.environment.CONTACT_FRICTION`).
     """
     cls = env_class(name)
     if contact_config is not None and not hasattr(cls, "ground_plane"):
         raise UserError(f"{name} has a single ground; --contact-config applies to PendulumWithContact only")
-    env = cls(num_envs, device=device, solver=solver, use_graph=use_graph, mass_matrix_refresh=mass_matrix_refresh)
+    env = cls(num_envs, device=device, solver=solver, use_graph=use_graph, mass_matrix_refresh=mass_matrix_refresh,
+              contact_friction=contact_friction)
     if contact_config is not None:
         normal, point = cls.ground_plane(contact_config)
         env.set_ground_planes(normal.expand(num_envs, 3), point.expand(num_envs, 3))

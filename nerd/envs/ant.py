@@ -12,14 +12,23 @@ file a 0.91 kg ant):
 
 Inertias are those of these shapes at these densities (Newton integrates them). Legs lie in the torso's
 local xy plane along the diagonals; hips turn about z (+-0.698 rad), ankles about the horizontal axis
-perpendicular to the leg.
+perpendicular to the leg. Contact friction is Newton's Coulomb law (``contact_friction``, see
+:data:`nerd.envs.environment.CONTACT_FRICTION`: the release's policies score the paper's rewards with it, not with
+warp.sim's Huber-smoothed law).
 
-Distributions: data generation (spec §8, the release protocol) starts from :meth:`Ant.sample_initial_states`;
-the task reset (RL episodes, passive evaluation with ``--initial-states task``) is :meth:`Ant.sample_reset_states`:
-the default pose (torso 0.75 m up, hinges at zero or their nearest limit) with the torso displaced by
-U(+-0.2, +-0.2, 0..0.15) m, tilted about a random axis by up to pi/8, hinges offset by U(+-0.2) rad (clamped to
-their limits), torso-frame velocities w ~ U(+-0.25) rad/s, v ~ U(+-0.1) m/s, hinge rates U(+-0.25) rad/s. The
-bounds keep every leg above the ground at the first frame.
+Distributions: data generation (spec §8) starts from :meth:`Ant.sample_initial_states`; the task reset (RL
+episodes, passive evaluation with ``--initial-states task``) is the release's, :meth:`Ant.sample_reset_states`,
+restated Z-up. The release's world is Y-up with the torso's body frame (the MJCF's, Z-up) turned by
+q_c = rot(x, -pi/2); ours is Z-up with the same body frame unturned, so a body-frame quantity carries over
+unchanged and a world vector (X, Y, Z) of the release is (X, -Z, Y) here (robots.md §0.1). From the default
+pose (torso 1.0 m up, upright, hinges ``DEFAULT_HINGES``):
+
+* torso position + (U(+-0.2), U(+-0.2), U(+-0.1)) m (the release's (0.2, 0.1, 0.2) in Y-up axes);
+* orientation q ⊗ rot(axis, angle), axis = normalise(U(+-1)³), angle = U(+-1)·pi/6 (a body-frame tilt);
+* hinges + U(+-0.2) rad each, not clamped to their limits;
+* angular velocity R·0.25·U(+-1)³ and COM velocity R·0.1·U(+-1)³ (body-frame draws, world axes; the release
+  writes the latter into its free joint's twist as v_o = p × ω + R·0.1·U, whose COM velocity is R·0.1·U);
+* hinge rates 0.25·U(+-1) for hinges 2..8; the release's loop skips the first hinge, whose rate stays 0.
 """
 
 from __future__ import annotations
@@ -44,9 +53,14 @@ HIP_LIMIT = 0.698  # [rad]
 ANKLE_LIMITS = (0.524, 1.745)  # [rad]
 ARMATURE = 0.05
 JOINT_LIMIT_KE, JOINT_LIMIT_KD = 1.0e3, 1.0e2
+# Contact material of the release's ant shapes, and of its ground plane: the release never sets the ground's
+# material, so it keeps warp.sim's defaults. A contact averages the two shapes' materials (robots.md §0.3);
+# our ground is not a shape, so the ant's shapes carry the averages (ke 7e4, kd 550, kf 2e3, mu 0.625).
 CONTACT_KE, CONTACT_KD, CONTACT_KF, CONTACT_MU = 4.0e4, 1.0e2, 3.0e3, 0.75
+GROUND_KE, GROUND_KD, GROUND_KF, GROUND_MU = 1.0e5, 1.0e3, 1.0e3, 0.5
 ACTION_SCALE = 400.0  # [N·m] per unit action
-START_HEIGHT = 0.75  # [m] torso height of the default state
+START_HEIGHT = 1.0  # [m] torso height of the default state (the release's)
+DEFAULT_HINGES = (0.0, 1.0, 0.0, -1.0, 0.0, -1.0, 0.0, 1.0)  # [rad] the release's: hips 0, ankles +-1
 # Legs in MuJoCo order: (name, direction in the torso's xy plane, ankle axis, sign of the ankle range).
 LEGS = (
     ("front_left", (1.0, 1.0), (-1.0, 1.0, 0.0), 1.0),
@@ -62,10 +76,9 @@ INIT_ANG_VEL_RANGE = math.pi  # [rad/s] body-frame angular velocity
 INIT_LIN_VEL_RANGE = 1.0  # [m/s] body-frame linear velocity
 INIT_JOINT_VEL_RANGE = 2.0 * math.pi  # [rad/s]
 TORQUE_NOISE_SCALE = 400.0  # [N·m]
-# Task reset: perturbations around the default pose.
-RESET_XY_RANGE = 0.2  # [m]
-RESET_LIFT_RANGE = (0.0, 0.15)  # [m]
-RESET_TILT_RANGE = math.pi / 8  # [rad]
+# Task reset (the release's, Z-up).
+RESET_POSITION_RANGE = (0.2, 0.2, 0.1)  # [m] x, y, z
+RESET_TILT_RANGE = math.pi / 6  # [rad]
 RESET_HINGE_RANGE = 0.2  # [rad]
 RESET_ANG_VEL_RANGE = 0.25  # [rad/s], torso axes
 RESET_LIN_VEL_RANGE = 0.1  # [m/s], torso axes
@@ -102,6 +115,7 @@ class Ant(Environment):
     """MuJoCo ant, 15/14 DoF (free base + 8 hinges), 25 contact candidates, 117.05 kg."""
 
     name = "Ant"
+    contact_friction = "coulomb"
     frame_dt = 1.0 / 60.0
     sim_substeps = 16
     states_frame = "body"
@@ -115,7 +129,8 @@ class Ant(Environment):
     def build_robot(self, builder: newton.ModelBuilder) -> None:
         """Add the torso (free joint) and the four two-hinge legs."""
         leg_cfg = newton.ModelBuilder.ShapeConfig(
-            density=LEG_DENSITY, ke=CONTACT_KE, kd=CONTACT_KD, kf=CONTACT_KF, mu=CONTACT_MU
+            density=LEG_DENSITY, ke=(CONTACT_KE + GROUND_KE) / 2, kd=(CONTACT_KD + GROUND_KD) / 2,
+            kf=(CONTACT_KF + GROUND_KF) / 2, mu=(CONTACT_MU + GROUND_MU) / 2,
         )
         torso_cfg = leg_cfg.copy()
         torso_cfg.density = TORSO_DENSITY
@@ -155,12 +170,11 @@ class Ant(Environment):
         return actions.clamp(-1.0, 1.0) * ACTION_SCALE
 
     def default_states(self, n: int) -> torch.Tensor:
-        """Upright torso at 0.75 m, joints at zero (or at the nearest limit), at rest: (n, 29)."""
+        """The release's default pose at rest: upright torso 1.0 m up, hinges ``DEFAULT_HINGES``, (n, 29)."""
         q = torch.zeros(n, self.dof_q)
         q[:, 2] = START_HEIGHT
         q[:, 6] = 1.0
-        for leg, (*_, ankle_sign) in enumerate(LEGS):
-            q[:, 7 + 2 * leg + 1] = ankle_sign * ANKLE_LIMITS[0]
+        q[:, 7:] = torch.tensor(DEFAULT_HINGES)
         return torch.cat([q, torch.zeros(n, self.dof_qd)], dim=1).to(self.torch_device)
 
     def sample_initial_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
@@ -187,20 +201,18 @@ class Ant(Environment):
         return uniform([-TORQUE_NOISE_SCALE] * 8, [TORQUE_NOISE_SCALE] * 8, n, generator).to(self.torch_device)
 
     def sample_reset_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        """Task reset: the default pose with the perturbations of the module docstring, (n, 29), world frame."""
+        """The release's task reset (module docstring), (n, 29), world frame."""
         states = self.default_states(n).cpu()
         q, qd = states[:, :15], states[:, 15:]  # views: writing them fills ``states``
-        q[:, 0:2] += uniform([-RESET_XY_RANGE] * 2, [RESET_XY_RANGE] * 2, n, generator)
-        q[:, 2:3] += uniform(RESET_LIFT_RANGE[0], RESET_LIFT_RANGE[1], n, generator)
+        q[:, 0:3] += uniform([-r for r in RESET_POSITION_RANGE], RESET_POSITION_RANGE, n, generator)
         axis = uniform([-1.0] * 3, [1.0] * 3, n, generator)
         angle = uniform(-RESET_TILT_RANGE, RESET_TILT_RANGE, n, generator).squeeze(1)
         quat = quat_mul(q[:, 3:7], quat_from_axis_angle(axis, angle))
         q[:, 3:7] = quat
-        lower, upper = hinge_limits()
-        hinges = q[:, 7:15] + uniform([-RESET_HINGE_RANGE] * HINGES, [RESET_HINGE_RANGE] * HINGES, n, generator)
-        q[:, 7:15] = torch.maximum(torch.minimum(hinges, upper), lower)
-        # Velocities drawn in the torso's axes, stored in world axes (Newton's free-joint convention).
+        q[:, 7:15] += uniform([-RESET_HINGE_RANGE] * HINGES, [RESET_HINGE_RANGE] * HINGES, n, generator)
+        ang = quat_rotate(quat, uniform([-RESET_ANG_VEL_RANGE] * 3, [RESET_ANG_VEL_RANGE] * 3, n, generator))
         qd[:, 0:3] = quat_rotate(quat, uniform([-RESET_LIN_VEL_RANGE] * 3, [RESET_LIN_VEL_RANGE] * 3, n, generator))
-        qd[:, 3:6] = quat_rotate(quat, uniform([-RESET_ANG_VEL_RANGE] * 3, [RESET_ANG_VEL_RANGE] * 3, n, generator))
-        qd[:, 6:] = uniform([-RESET_HINGE_VEL_RANGE] * HINGES, [RESET_HINGE_VEL_RANGE] * HINGES, n, generator)
+        qd[:, 3:6] = ang
+        qd[:, 7:] = uniform([-RESET_HINGE_VEL_RANGE] * (HINGES - 1), [RESET_HINGE_VEL_RANGE] * (HINGES - 1), n,
+                            generator)
         return states.to(self.torch_device)

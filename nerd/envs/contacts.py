@@ -11,8 +11,11 @@ point, signed depth of the candidate point above the plane with the shape thickn
 candidate's thickness); the environment's getters and the integrator both call it, so the analytical solver,
 the datasets and the neural model see exactly the same contacts.
 
-The solver's spring-damper contact model re-evaluates penetration from the body pose at every substep;
-for a plane, the closest point and normal found once per frame stay exact over the frame.
+The ground truth's spring-damper contact model re-evaluates penetration from the body pose at every substep;
+for a plane, the closest point and normal found once per frame stay exact over the frame. Its friction law is
+the environment's ``contact_friction`` (:data:`nerd.envs.environment.CONTACT_FRICTION`): ``"coulomb"`` hands the
+contact set to the solver (Newton's law); ``"huber"`` evaluates :func:`eval_ground_contact_forces` (warp.sim's
+Huber-smoothed law) into ``state.body_f`` at every substep and hands the solver no contacts.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import torch
 import warp as wp
 
 from nerd.frames import transform_point
+
+FRICTION_SMOOTHING = 1.0  # [m/s] delta of warp.sim's Huber norm (its ``friction_smoothing`` default)
 
 
 @dataclass
@@ -145,6 +150,71 @@ def contact_features(body_q: torch.Tensor, candidate_body: torch.Tensor, contact
     }
 
 
+@wp.func
+def huber_norm(v: wp.vec3, delta: float) -> float:
+    """warp.sim's ``norm_huber``: |v|²/2 up to |v| = delta, then delta·(|v| − delta/2)."""
+    a = wp.dot(v, v)
+    if a <= delta * delta:
+        return 0.5 * a
+    return delta * (wp.sqrt(a) - 0.5 * delta)
+
+
+@wp.kernel
+def eval_ground_contact_forces(
+    body_q: wp.array[wp.transform],
+    body_qd: wp.array[wp.spatial_vector],
+    body_com: wp.array[wp.vec3],
+    shape_body: wp.array[int],
+    shape_ke: wp.array[float],
+    shape_kd: wp.array[float],
+    shape_kf: wp.array[float],
+    shape_ka: wp.array[float],
+    shape_mu: wp.array[float],
+    contact_shape: wp.array[int],
+    contact_point0: wp.array[wp.vec3],
+    contact_point1: wp.array[wp.vec3],
+    contact_normal: wp.array[wp.vec3],
+    contact_margin0: wp.array[float],
+    contact_margin1: wp.array[float],
+    friction_smoothing: float,
+    # output
+    body_f: wp.array[wp.spatial_vector],
+):
+    """Robot-ground contact wrenches with warp.sim's Huber-smoothed friction (robots.md §0.3), added to ``body_f``.
+
+    Reads a Newton contact set of robot shapes (A) against a body-less ground (B), normal stored A -> B, and
+    evaluates what robots.md §0.3 states of warp.sim's ``eval_rigid_contacts``: gap d = n·(p_A − p_B) with n the
+    ground normal and both points moved by their margins (thickness); if d < ka, normal force ke·d + kd·min(vn, 0)
+    and friction ft = vt / H(vt) · min(kf·H(vt), −mu·(fn + fd)), H the Huber norm. Material: the robot shape's
+    (the ground is not a shape). ``body_qd`` is Newton's (COM velocity, angular velocity); wrenches are (force,
+    torque about the COM), world axes, as Featherstone reads ``state.body_f``.
+    """
+    tid = wp.tid()
+    shape = contact_shape[tid]
+    body = shape_body[shape]
+    n = -contact_normal[tid]
+    X = body_q[body]
+    p = wp.transform_point(X, contact_point0[tid]) - contact_margin0[tid] * n
+    d = wp.dot(n, p - (contact_point1[tid] + contact_margin1[tid] * n))
+    if d >= shape_ka[shape]:
+        return
+    r = p - wp.transform_point(X, body_com[body])
+    twist = body_qd[body]
+    v = wp.spatial_top(twist) + wp.cross(wp.spatial_bottom(twist), r)
+    vn = wp.dot(n, v)
+    vt = v - n * vn
+    fn = d * shape_ke[shape]
+    fd = wp.min(vn, 0.0) * shape_kd[shape] * wp.step(d)
+    ft = wp.vec3(0.0)
+    if d < 0.0:
+        h = huber_norm(vt, friction_smoothing)
+        if h > 0.0:
+            ft = vt / h * wp.min(shape_kf[shape] * h, -shape_mu[shape] * (fn + fd))
+    f = n * (fn + fd) + ft
+    # f acts on the ground; the robot body gets -f.
+    wp.atomic_sub(body_f, body, wp.spatial_vector(f, wp.cross(r, f)))
+
+
 class GroundContacts:
     """Fixed-size ground contacts of N robot copies (spec §4): the collision stage of an environment.
 
@@ -199,6 +269,22 @@ class GroundContacts:
             inputs=[body_q, self._candidate_body, self._candidate_point, self.count, self._plane_point,
                     self._plane_normal],
             outputs=[self.contacts.rigid_contact_normal, self.contacts.rigid_contact_point1],
+            device=self.device,
+        )
+
+    def apply_huber_forces(self, model: newton.Model, state: newton.State) -> None:
+        """Add the contact wrenches of ``state`` under the Huber friction law to ``state.body_f``."""
+        if self.contacts is None:
+            return
+        c = self.contacts
+        wp.launch(
+            eval_ground_contact_forces,
+            dim=self.num_envs * self.count,
+            inputs=[state.body_q, state.body_qd, model.body_com, model.shape_body, model.shape_material_ke,
+                    model.shape_material_kd, model.shape_material_kf, model.shape_material_ka,
+                    model.shape_material_mu, c.rigid_contact_shape0, c.rigid_contact_point0, c.rigid_contact_point1,
+                    c.rigid_contact_normal, c.rigid_contact_margin0, c.rigid_contact_margin1, FRICTION_SMOOTHING],
+            outputs=[state.body_f],
             device=self.device,
         )
 

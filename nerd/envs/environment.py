@@ -35,6 +35,15 @@ paper's data and models come from this dynamics), or ``"substep"`` at every subs
 more accurate integration. Bias forces, contacts and limits are evaluated at every substep either way."""
 
 
+CONTACT_FRICTION = ("coulomb", "huber")
+"""Friction law of the ground contacts (robots.md §0.3): ``"coulomb"`` Newton 1.8's, viscous kf·|vt| capped at
+mu·|Fn| (the solver evaluates it), or ``"huber"`` warp.sim's Huber-smoothed law as robots.md §0.3 states it
+(:func:`nerd.envs.contacts.eval_ground_contact_forces`; mostly viscous, friction can exceed mu·|Fn| several-fold
+around 0.5 m/s). The normal spring-damper is the same in both. The release's published Ant policies reproduce the
+paper's ground-truth rewards under ``"coulomb"`` (within 7 %) and not under ``"huber"`` (−11 % and −23 %), see
+docs/rl.md, so Coulomb is every robot's default."""
+
+
 def make_solver(name: str, model: newton.Model, sim_substeps: int, mass_matrix_refresh: str
                 ) -> newton.solvers.SolverBase:
     """Build ground-truth solver ``name`` for ``model``; ``mass_matrix_refresh`` applies to Featherstone only."""
@@ -64,6 +73,7 @@ class Environment:
         use_graph: Capture the frame step as a Warp graph (CPU and CUDA) and replay it. The uncaptured
             path is kept for debugging and for differentiable use.
         mass_matrix_refresh: One of :data:`MASS_MATRIX_REFRESH`; None keeps the robot's default.
+        contact_friction: One of :data:`CONTACT_FRICTION`; None keeps the robot's default.
     """
 
     name: ClassVar[str] = ""
@@ -80,13 +90,15 @@ class Environment:
     default_solver: ClassVar[str] = "featherstone"
     mass_matrix_refresh: ClassVar[str] = "frame"
     """Default of :data:`MASS_MATRIX_REFRESH` for this robot (the release's: once per frame)."""
+    contact_friction: ClassVar[str] = "coulomb"
+    """Default of :data:`CONTACT_FRICTION` for this robot."""
     passive_metrics: ClassVar[dict[str, tuple[str, tuple[int, ...]]]] = {}
     """Passive-motion metrics (spec §9): name -> (kind, joint_q indices). Kinds: ``"abs"`` mean |dq| over the
     indices (wrapped for continuous joints), ``"position"`` base position distance, ``"orientation"`` base
     rotation angle."""
 
     def __init__(self, num_envs: int, device: str = "cpu", solver: str | None = None, use_graph: bool = True,
-                 mass_matrix_refresh: str | None = None):
+                 mass_matrix_refresh: str | None = None, contact_friction: str | None = None):
         if num_envs < 1:
             raise UserError(f"num_envs must be at least 1, got {num_envs}")
         solver = solver or self.default_solver
@@ -97,6 +109,10 @@ class Environment:
             raise UserError(f"unknown mass-matrix refresh '{mass_matrix_refresh}'; "
                             f"valid: {', '.join(MASS_MATRIX_REFRESH)}")
         self.mass_matrix_refresh = mass_matrix_refresh
+        contact_friction = contact_friction or type(self).contact_friction
+        if contact_friction not in CONTACT_FRICTION:
+            raise UserError(f"unknown contact friction '{contact_friction}'; valid: {', '.join(CONTACT_FRICTION)}")
+        self.contact_friction = contact_friction
         self.num_envs = num_envs
         self.device = wp.get_device(device)
         self.torch_device = wp.device_to_torch(self.device)
@@ -361,7 +377,13 @@ class Environment:
         for i in range(self.sim_substeps):
             src, dst = states[i % 2], states[(i + 1) % 2]
             src.clear_forces()
-            self.solver.step(src, dst, self.control, self.contacts, self.sim_dt)
+            if self.contact_friction == "huber" and self.contacts is not None:
+                # Our law, from the same contact set: wrenches into body_f (Featherstone copies state_in.body_f
+                # into its external forces), and no contacts for the solver's own law.
+                self.ground.apply_huber_forces(self.model, src)
+                self.solver.step(src, dst, self.control, None, self.sim_dt)
+            else:
+                self.solver.step(src, dst, self.control, self.contacts, self.sim_dt)
         # state_0 always holds the current state, so the captured graph can be replayed as is.
         if self.sim_substeps % 2 == 1:
             self.state_0.assign(self.state_1)

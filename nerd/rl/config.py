@@ -61,7 +61,7 @@ class RLEnvConfig:
     robot: str
     """Robot name, e.g. ``Cartpole`` or ``Ant``."""
     task: str
-    """Task name for that robot (``nerd.rl.tasks.TASKS``): ``swingup``; ``run``, ``spin``, ``spin_tracking``."""
+    """Task name for that robot (``nerd.rl.tasks.TASKS``): ``swingup``; ``run``, ``spin``, ``spin_track``."""
     num_envs: int = 2048
     """Parallel envs N (rl-games' ``num_actors``)."""
     env_mode: EnvMode = NEURAL
@@ -74,6 +74,8 @@ class RLEnvConfig:
     """Ground-truth solver; None for the robot's default (Featherstone)."""
     mass_matrix_refresh: str | None = None
     """Featherstone's mass-matrix refresh, ``"frame"`` or ``"substep"``; None for the robot's default (frame)."""
+    contact_friction: str | None = None
+    """Ground-contact friction law, ``"coulomb"`` or ``"huber"``; None for the robot's default (coulomb)."""
 
 
 @dataclass

@@ -10,9 +10,9 @@ lets it create the vec env through the rl-games registry. The run directory hold
     <logdir>/summaries/           TensorBoard scalars written by rl-games (rewards/, losses/, performance/)
     <logdir>/train_summary.json   mean episode reward and length after every epoch
 
-Playback loads an rl-games checkpoint (tensors only, ``weights_only=True``) into rl-games' player network and
-runs the deterministic policy (the Gaussian's mean) over exactly ``num_games`` episodes: each batch resets every
-env and counts only the first episode of each, so short episodes are not over-represented.
+Playback loads an rl-games checkpoint (tensors and numpy scalars only, ``weights_only=True``) into rl-games' player
+network and runs the deterministic policy (the Gaussian's mean) over exactly ``num_games`` episodes: each batch
+resets every env and counts only the first episode of each, so short episodes are not over-represented.
 """
 
 from __future__ import annotations
@@ -163,12 +163,16 @@ def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: i
     return summary
 
 
-def load_rl_games_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Load an rl-games checkpoint safely (``weights_only=True``; rl-games stores numpy scalars, allowed here).
+def load_rl_games_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> dict[str, Any]:
+    """Load an rl-games checkpoint safely onto ``device`` (``weights_only=True``, never unrestricted unpickling).
+
+    Besides tensors, rl-games pickles numpy scalars (the best reward) and their dtypes; exactly those globals
+    are allowed, under numpy 2's module names and numpy 1's (``numpy.core.multiarray.scalar``, which the
+    release's checkpoints use). Tensors saved from CUDA are mapped to ``device``.
 
     Raises:
         FileNotFoundError: If ``path`` does not exist.
-        ValueError: If it is not an rl-games checkpoint with a ``model`` state dict.
+        UserError: If it is not an rl-games checkpoint with a ``model`` state dict, or needs other globals.
     """
     path = Path(path)
     if not path.is_file():
@@ -177,15 +181,24 @@ def load_rl_games_checkpoint(path: str | Path) -> dict[str, Any]:
         from numpy._core.multiarray import scalar
     except ImportError:  # numpy < 2
         from numpy.core.multiarray import scalar
-    safe = [np.dtype, scalar, type(np.dtype(np.float32)), type(np.dtype(np.float64))]
+    dtypes = [type(np.dtype(t)) for t in (np.float32, np.float64, np.int64)]
+    safe = [np.dtype, scalar, (scalar, "numpy.core.multiarray.scalar"), *dtypes]
     try:
         with torch.serialization.safe_globals(safe):
-            state = torch.load(path, map_location="cpu", weights_only=True)
+            state = torch.load(path, map_location=device, weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as err:
-        raise UserError(f"{path} is not a loadable rl-games checkpoint ({first_line(err)})") from err
+        raise UserError(f"{path} is not a loadable rl-games checkpoint ({_unpickling_reason(err)})") from err
     if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
         raise UserError(f"{path} is not an rl-games checkpoint (no 'model' state dict)")
     return state
+
+
+def _unpickling_reason(err: Exception) -> str:
+    # torch's weights-only message opens with advice to unpickle unrestricted; the reason is its WeightsUnpickler line.
+    for line in str(err).splitlines():
+        if "WeightsUnpickler error:" in line:
+            return line.split("WeightsUnpickler error:", 1)[1].strip()
+    return first_line(err)
 
 
 def load_policy(cfg: RLConfig, checkpoint: str | Path, env_info: dict, device: str = "cpu"
@@ -196,7 +209,7 @@ def load_policy(cfg: RLConfig, checkpoint: str | Path, env_info: dict, device: s
     """
     from rl_games.torch_runner import Runner  # imported late: it changes torch's global print options
 
-    state = load_rl_games_checkpoint(checkpoint)
+    state = load_rl_games_checkpoint(checkpoint, device)
     cfg = copy.deepcopy(cfg)
     config = cfg.params["config"]
     # The player never updates the policy: one minibatch keeps any env count valid.
@@ -229,7 +242,9 @@ def evaluate_policy(vec_env: NeRDVecEnv, act: Callable[[torch.Tensor], torch.Ten
     Returns:
         ``episode_rewards`` and ``episode_lengths`` (lists, one per episode), their means and (population)
         standard deviations, ``num_games`` and ``num_diverged``, the episodes ended by a non-finite NeRD state
-        (their reward stops there, so they pull the mean down: report them next to it).
+        (their reward stops there, so they pull the mean down: report them next to it); for diagnostics,
+        ``reward_terms`` (each of the task's reward terms summed over an episode, mean over episodes) and
+        ``observation_mean``/``observation_std`` (over every observation the policy acted on).
 
     Raises:
         RolloutDivergedError: If every episode diverged (the reward would be a meaningless 0 ± 0).
@@ -241,30 +256,43 @@ def evaluate_policy(vec_env: NeRDVecEnv, act: Callable[[torch.Tensor], torch.Ten
     returns: list[float] = []
     lengths: list[int] = []
     num_diverged = 0
+    term_sums: dict[str, float] = {}
+    obs_sum = obs_sq = obs_count = 0
     n = vec_env.num_envs
     while len(returns) < num_games:
         take = min(n, num_games - len(returns))
         obs = vec_env.reset()
         ret = torch.zeros(n, dtype=torch.float64, device=vec_env.device)
         length = torch.zeros(n, dtype=torch.long, device=vec_env.device)
+        terms: dict[str, torch.Tensor] = {}
         active = torch.zeros(n, dtype=torch.bool, device=vec_env.device)
         diverged = torch.zeros(n, dtype=torch.bool, device=vec_env.device)
         active[:take] = True
         while bool(active.any()):
+            live = obs[active].double()
+            obs_sum, obs_sq, obs_count = obs_sum + live.sum(0), obs_sq + (live**2).sum(0), obs_count + len(live)
             obs, rewards, dones, infos = vec_env.step(act(obs))
-            ret += torch.where(active, rewards.double(), torch.zeros((), dtype=torch.float64, device=ret.device))
+            for name, value in {"reward": rewards, **infos["reward_terms"]}.items():
+                terms[name] = terms.get(name, 0) + torch.where(active, value.double(), 0.0)
             length += active.long()
             diverged |= active & infos["diverged"]
             active &= ~dones.bool()
+        ret = terms.pop("reward")
         returns += ret[:take].tolist()
         lengths += length[:take].tolist()
         num_diverged += int(diverged[:take].sum())
+        for name, value in terms.items():
+            term_sums[name] = term_sums.get(name, 0.0) + float(value[:take].sum())
     if num_diverged == len(returns):
         raise RolloutDivergedError(f"all {num_diverged} episodes diverged (non-finite NeRD states); the NeRD model "
                                    "cannot simulate this policy, so there is no reward to report")
     r, ln = np.asarray(returns), np.asarray(lengths, dtype=np.float64)
+    obs_mean = obs_sum / obs_count
+    obs_std = (obs_sq / obs_count - obs_mean**2).clamp(min=0).sqrt()
     return {"num_games": len(returns), "num_diverged": num_diverged, "mean_reward": float(r.mean()),
             "std_reward": float(r.std()), "mean_length": float(ln.mean()), "std_length": float(ln.std()),
+            "reward_terms": {name: total / len(returns) for name, total in term_sums.items()},
+            "observation_mean": obs_mean.tolist(), "observation_std": obs_std.tolist(),
             "episode_rewards": returns, "episode_lengths": lengths}
 
 

@@ -5,7 +5,8 @@ Registered with rl-games the way GPU simulators are (an ``IVecEnv`` subclass, ``
 
 * ``reset()`` -> observations (N, obs_dim), every env restarted;
 * ``step(actions (N, A))`` -> observations (N, obs_dim), rewards (N,), dones (N,) uint8, infos with
-  ``time_outs`` (N,) bool (rl-games bootstraps their value), ``terminated`` (N,) bool and ``diverged`` (N,) bool.
+  ``time_outs`` (N,) bool (rl-games bootstraps their value), ``terminated`` (N,) bool, ``diverged`` (N,) bool
+  and ``reward_terms`` (the task's reward terms, (N,) each, summing to the rewards).
 
 Envs that are done are reset inside ``step`` and the observation returned for them is the first one of their
 new episode. Only those envs lose their NeRD history; the others keep theirs (the release cleared every env's
@@ -93,7 +94,10 @@ class NeRDVecEnv(IVecEnv):
         self.progress += 1
         self.last_actions = actions
         finite = torch.isfinite(states).all(dim=1)
-        rewards = torch.where(finite, self.task.rewards(states, actions), torch.zeros((), device=self.device))
+        zero = torch.zeros((), device=self.device)
+        terms = {name: torch.where(finite, value, zero)
+                 for name, value in self.task.reward_terms(states, actions).items()}
+        rewards = torch.stack(list(terms.values())).sum(dim=0)
         terminated = self.task.terminations(states) | ~finite
         time_outs = (self.progress >= self.episode_length) & ~terminated
         dones = terminated | time_outs
@@ -101,7 +105,7 @@ class NeRDVecEnv(IVecEnv):
         if len(done_ids):
             self.reset_envs(done_ids)
             states = self.nenv.get_states()
-        infos = {"time_outs": time_outs, "terminated": terminated, "diverged": ~finite}
+        infos = {"time_outs": time_outs, "terminated": terminated, "diverged": ~finite, "reward_terms": terms}
         return self.task.observations(states, self.last_actions), rewards, dones.to(torch.uint8), infos
 
     # ----------------------------------------------------------------------------------------------
@@ -146,7 +150,7 @@ def make_vec_env(cfg: RLEnvConfig, device: str = "cpu", seed: int = 0) -> NeRDVe
     """
     cls = check_env_config(cfg)
     env = make_env(cfg.robot, cfg.num_envs, device=device, solver=cfg.solver,
-                   mass_matrix_refresh=cfg.mass_matrix_refresh)
+                   mass_matrix_refresh=cfg.mass_matrix_refresh, contact_friction=cfg.contact_friction)
     if cfg.env_mode == NEURAL:
         nenv = NeuralEnvironment.from_checkpoint(env, cfg.nerd_model_path, env_mode=NEURAL)
     else:

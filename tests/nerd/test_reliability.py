@@ -118,7 +118,7 @@ def test_sigterm_during_generation_leaves_no_partial_file(tmp_path):
         time.sleep(0.2)
     time.sleep(1.0)
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=180)
     assert proc.returncode == 143, err[-2000:]
     assert "terminated" in err
     assert list(tmp_path.iterdir()) == []

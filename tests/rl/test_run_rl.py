@@ -212,7 +212,7 @@ def test_all_diverged_playback_and_training_fail_and_partial_divergence_is_count
             self.t += 1
             diverged = torch.tensor([self.t == 1, False])
             dones = torch.tensor([self.t == 1, self.t == 2], dtype=torch.uint8)
-            return torch.zeros(2, 1), torch.ones(2), dones, {"diverged": diverged}
+            return torch.zeros(2, 1), torch.ones(2), dones, {"diverged": diverged, "reward_terms": {}}
 
     result = evaluate_policy(HalfDiverging(), lambda obs: obs, num_games=4, seed=0)
     assert result["num_diverged"] == 2 and result["episode_lengths"] == [1, 2, 1, 2]

@@ -6,8 +6,7 @@ import pytest
 import torch
 
 from nerd.envs import make_env
-from nerd.envs.ant import hinge_limits
-from nerd.frames import quat_from_axis_angle
+from nerd.frames import quat_from_axis_angle, quat_rotate, quat_rotate_inv
 from nerd.rl.tasks import TASKS, make_task
 
 
@@ -52,82 +51,85 @@ def about(axis, angle):
 
 
 def test_ant_run_reward_of_constructed_states():
-    """run = v_x + 0.1 u_z + h_x − 0.005 |a|²: upright facing +x, yawed 90°, and pitched 90°."""
+    """run = v_x + 0.1 u_z + h_x, no action cost: upright facing +x, yawed 90°, and pitched 90°."""
     task = make_task("Ant", "run", 1)
     v = (2.0, 0.5, -0.3)
     upright = task.rewards(ant_state(lin_vel=v), torch.full((1, 8), 0.5))
-    torch.testing.assert_close(upright, torch.tensor([2.0 + 0.1 + 1.0 - 0.005 * 8 * 0.25]))
-    # Yawed 90° about z: heading (0, 1, 0), so no heading bonus; actions beyond ±1 are clamped in the cost.
+    torch.testing.assert_close(upright, torch.tensor([2.0 + 0.1 + 1.0]))
+    # Yawed 90° about z: heading (0, 1, 0), so no heading bonus; actions cost nothing.
     yawed = task.rewards(ant_state(about((0.0, 0.0, 1.0), math.pi / 2), lin_vel=v), torch.full((1, 8), 3.0))
-    torch.testing.assert_close(yawed, torch.tensor([2.0 + 0.1 - 0.005 * 8]), atol=1e-5, rtol=0)
+    torch.testing.assert_close(yawed, torch.tensor([2.0 + 0.1]), atol=1e-5, rtol=0)
     # Pitched 90° about y: up = (1, 0, 0), heading = (0, 0, -1): only the velocity counts.
     pitched = task.rewards(ant_state(about((0.0, 1.0, 0.0), math.pi / 2), lin_vel=v), torch.zeros(1, 8))
     torch.testing.assert_close(pitched, torch.tensor([2.0]), atol=1e-5, rtol=0)
+    terms = task.reward_terms(ant_state(lin_vel=v), torch.zeros(1, 8))
+    assert {k: round(t.item(), 4) for k, t in terms.items()} == {"velocity": 2.0, "up": 0.1, "heading": 1.0}
 
 
 def test_ant_spin_rewards_of_constructed_states():
-    """spin = ω_z + u_z − cost; spin-tracking = 5 exp(−(ω_z − ω*)² − 0.1 (ω_x² + ω_y²)) + 0.1 u_z."""
+    """spin = ω_z + u_z; spin_track = 5 exp(−(ω_z − 5)² − 0.1 (ω_x² + ω_y²)) + 0.1 u_z."""
     spin = make_task("Ant", "spin", 1)
     torch.testing.assert_close(spin.rewards(ant_state(ang_vel=(0.0, 0.0, 3.0)), torch.zeros(1, 8)), torch.tensor([4.0]))
     upside_down = ant_state(about((1.0, 0.0, 0.0), math.pi), ang_vel=(0.0, 0.0, 3.0))
     torch.testing.assert_close(spin.rewards(upside_down, torch.zeros(1, 8)), torch.tensor([2.0]), atol=1e-5, rtol=0)
 
-    track = make_task("Ant", "spin_tracking", 2)
-    track.target_yaw_rate[:] = torch.tensor([2.0, -1.0])
-    states = torch.cat([ant_state(ang_vel=(0.0, 0.0, 2.0)), ant_state(ang_vel=(1.0, 0.0, 0.0))])
+    track = make_task("Ant", "spin_track", 2)
+    states = torch.cat([ant_state(ang_vel=(0.0, 0.0, 5.0)), ant_state(ang_vel=(1.0, 0.0, 4.0))])
     expected = torch.tensor([5.0 + 0.1, 5.0 * math.exp(-1.0 - 0.1) + 0.1])
     torch.testing.assert_close(track.rewards(states, torch.zeros(2, 8)), expected)
 
 
 def test_ant_terminates_below_0_3_m():
-    """An Ant episode fails when the torso is lower than 0.3 m."""
+    """An Ant episode fails when the torso is lower than 0.3 m; every Ant task lasts 500 steps."""
     task = make_task("Ant", "run", 3)
     states = torch.cat([ant_state(height=0.29), ant_state(height=0.31), ant_state(height=1.5)])
     assert task.terminations(states).tolist() == [True, False, False]
+    assert {make_task("Ant", name, 1).episode_length for name in ("run", "spin", "spin_track")} == {500}
 
 
-def test_ant_observation_layout():
-    """[p_z, u, h, Rᵀv, Rᵀω, hinge q, hinge qd, last actions (, ω*)]; velocities in the torso's axes."""
-    task = make_task("Ant", "spin_tracking", 1)
-    task.target_yaw_rate[:] = 1.5
-    state = ant_state(about((0.0, 0.0, 1.0), math.pi / 2), height=0.7, lin_vel=(1.0, 0.0, 0.0), ang_vel=(0.0, 0.0, 2.0))
-    actions = torch.linspace(-1, 1, 8).unsqueeze(0)
-    obs = task.observations(state, actions)[0]
-    assert obs.shape == (38,) and make_task("Ant", "run", 1).observations(state, actions).shape == (1, 37)
-    expected_head = [0.7, 0, 0, 1, 0, 1, 0, 0, -1, 0, 0, 0, 2]  # yawed 90°: world +x is the body's −y
-    torch.testing.assert_close(obs[:13], torch.tensor(expected_head, dtype=torch.float32), atol=1e-5, rtol=0)
-    torch.testing.assert_close(obs[13:21], torch.full((8,), 0.1))
-    torch.testing.assert_close(obs[21:29], torch.full((8,), 0.2))
-    torch.testing.assert_close(obs[29:37], actions[0])
-    assert obs[37] == 1.5
+def test_ant_observation_is_the_releases_in_y_up_axes():
+    """[h_x, q_c ⊗ q, v, ω (Y-up: (x, z, −y)), hinge q, hinge qd, u_z]; q_c ⊗ q rotates like the Y-up torso."""
+    task = make_task("Ant", "spin_track", 1)
+    quat = about((0.3, -0.5, 0.8), 0.7)
+    state = ant_state(quat, height=0.7, lin_vel=(1.0, 2.0, 3.0), ang_vel=(-0.5, 0.25, 2.0))
+    obs = task.observations(state, torch.zeros(1, 8))[0]
+    assert obs.shape == (28,)
+    upright = task.observations(ant_state(), torch.zeros(1, 8))[0]
+    torch.testing.assert_close(upright[[0, 1, 2, 3, 4, 27]], torch.tensor([1.0, -0.70711, 0.0, 0.0, 0.70711, 1.0]))
+    # The Y-up torso rotation maps any body vector to the Y-up image of its Z-up world direction.
+    body = torch.tensor([0.2, -1.0, 0.4])
+    world = quat_rotate(torch.tensor(quat), body)
+    torch.testing.assert_close(quat_rotate(obs[1:5], body), torch.stack([world[0], world[2], -world[1]]))
+    torch.testing.assert_close(obs[0], quat_rotate(torch.tensor(quat), torch.tensor([1.0, 0.0, 0.0]))[0])
+    torch.testing.assert_close(obs[5:11], torch.tensor([1.0, 3.0, -2.0, -0.5, 2.0, -0.25]))
+    torch.testing.assert_close(obs[11:19], torch.full((8,), 0.1))
+    torch.testing.assert_close(obs[19:27], torch.full((8,), 0.2))
+    torch.testing.assert_close(obs[27], quat_rotate(torch.tensor(quat), torch.tensor([0.0, 0.0, 1.0]))[2])
 
 
-def test_spin_tracking_redraws_targets_of_reset_envs_only():
-    """reset(env_ids) draws new target yaw rates in [−5, 5] for those envs and keeps the others'."""
-    task = make_task("Ant", "spin_tracking", 4)
-    task.target_yaw_rate[:] = 9.0
-    task.reset(torch.tensor([1, 3]), torch.Generator().manual_seed(0))
-    targets = task.target_yaw_rate
-    assert targets[0] == 9.0 and targets[2] == 9.0
-    assert bool(((targets[[1, 3]] >= -5) & (targets[[1, 3]] <= 5)).all()) and targets[1] != targets[3]
-
-
-def test_ant_reset_states_are_valid_and_above_ground():
-    """Ant task resets: unit quaternions, hinges within limits, and every contact point above the ground."""
-    n = 64
-    env = make_env("Ant", n)
+def test_ant_reset_is_the_releases():
+    """Around the release's default pose: ±0.2/±0.2/±0.1 m, tilt ≤ 30°, hinges ±0.2 rad, small body-frame
+    velocities, first hinge rate 0."""
+    n = 512
+    env = make_env("Ant", 1)
     states = env.sample_reset_states(n, torch.Generator().manual_seed(3))
+    default = env.default_states(1)[0]
+    torch.testing.assert_close(default[2:15], torch.tensor([1.0, 0, 0, 0, 1, 0, 1, 0, -1, 0, -1, 0, 1]))
+    offset = states - default
+    for dim, bound in enumerate((0.2, 0.2, 0.1)):
+        assert offset[:, dim].abs().max() <= bound and offset[:, dim].abs().max() > 0.9 * bound
     torch.testing.assert_close(states[:, 3:7].norm(dim=1), torch.ones(n))
-    lower, upper = hinge_limits()
-    assert bool(((states[:, 7:15] >= lower - 1e-6) & (states[:, 7:15] <= upper + 1e-6)).all())
-    assert bool(((states[:, 2] >= 0.75) & (states[:, 2] <= 0.9)).all())
-    env.set_states(states)
-    contacts = env.get_contacts()
-    assert bool((contacts["contact_depths"] > contacts["contact_thicknesses"]).all())
+    tilt = 2 * torch.acos(states[:, 6].abs().clamp(max=1.0))
+    assert tilt.max() <= math.pi / 6 + 1e-4 and tilt.max() > 0.9 * math.pi / 6
+    assert offset[:, 7:15].abs().max() <= 0.2 and offset[:, 7:15].abs().max() > 0.19
+    body_v = quat_rotate_inv(states[:, 3:7], states[:, 15:18])
+    body_w = quat_rotate_inv(states[:, 3:7], states[:, 18:21])
+    assert body_v.abs().max() <= 0.1 + 1e-5 and body_w.abs().max() <= 0.25 + 1e-5
+    assert bool((states[:, 21] == 0).all()) and states[:, 22:29].abs().max() <= 0.25
 
 
 def test_unknown_task_lists_the_valid_ones():
     """Asking for a task a robot does not have is a ValueError naming the valid (robot, task) pairs."""
     with pytest.raises(ValueError, match="valid tasks: .*Cartpole/swingup.*Ant/run"):
         make_task("Cartpole", "run", 1)
-    assert ("Ant", "spin_tracking") in TASKS
+    assert ("Ant", "spin_track") in TASKS

@@ -78,7 +78,7 @@ def test_ant_vec_env_runs_in_both_modes():
         venv.nenv.set_env_mode(mode)
         for _ in range(3):
             obs, rewards, dones, _ = venv.step(torch.rand(2, 8) * 2 - 1)
-        assert obs.shape == (2, 37) and bool(torch.isfinite(obs).all()) and bool(torch.isfinite(rewards).all())
+        assert obs.shape == (2, 28) and bool(torch.isfinite(obs).all()) and bool(torch.isfinite(rewards).all())
     assert venv.last_actions.abs().max() <= 1.0
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import torch
 
 from nerd.errors import UserError
-from nerd.rl.tasks.ant import AntRun, AntSpin, AntSpinTracking
+from nerd.rl.tasks.ant import AntRun, AntSpin, AntSpinTrack
 from nerd.rl.tasks.base import Task
 from nerd.rl.tasks.cartpole import CartpoleSwingUp
 
 TASKS: dict[tuple[str, str], type[Task]] = {
-    (cls.robot, cls.name): cls for cls in (CartpoleSwingUp, AntRun, AntSpin, AntSpinTracking)
+    (cls.robot, cls.name): cls for cls in (CartpoleSwingUp, AntRun, AntSpin, AntSpinTrack)
 }
 """Task classes by (robot, task name)."""
 

@@ -1,49 +1,50 @@
-"""Ant tasks: run, spin and spin-tracking, restated Z-up (the release defined them Y-up).
+"""Ant tasks of the NeRD release, restated Z-up: run, spin and spin_track.
+
+These are the tasks the release's published policies were trained on (``/work/shared/design/release-tasks.md``),
+so those policies can play here and the paper's Table 1 numbers can be compared with ours.
 
 Notation, all from the world-frame state (Newton 1.8: ``joint_qd`` = [v, ω], v the torso's centre-of-mass
-velocity): torso position p [m], orientation R (quaternion q, xyzw), COM velocity v [m/s] and angular
-velocity ω [rad/s] in world axes; up vector u = R e_z, heading vector h = R e_x (the body's +x axis, which
-points between the front-left and back-right legs); actions a ∈ [−1, 1]^8 (hinge torques 400·a N·m).
-These are our definitions, modelled on the release's (its run: v_fwd + 0.1 u_up + h_fwd; spin: ω_up + u_up;
-spin-tracking: 5 exp(−(ω_up − 5)² − 0.1 ω_x² − 0.1 ω_y²) + 0.1 u_up):
+velocity; the torso's COM is its origin): torso position p [m], orientation R (quaternion q, xyzw), COM
+velocity v [m/s] and angular velocity ω [rad/s] in world axes; up vector u = R e_z, heading vector h = R e_x
+(the body's +x axis, between the front-left and back-right legs). Per step, on the state after the step, with
+no action cost (reward scale 1, bias 0):
 
-    run:            r = v_x + 0.1 u_z + h_x − 0.005 |a|²         (run along world +x, facing +x)
-    spin:           r = ω_z + u_z − 0.005 |a|²                   (yaw rate about world z)
-    spin-tracking:  r = 5 exp(−(ω_z − ω*)² − 0.1 (ω_x² + ω_y²)) + 0.1 u_z
-                    with a target yaw rate ω* ~ U(−5, 5) rad/s drawn per episode and observed by the policy.
+    run:         r = v_x + 0.1 u_z + h_x                          (release: lin_vel.x + 0.1 up.y + heading.x)
+    spin:        r = ω_z + u_z                                    (release: ang_vel.y + up.y)
+    spin_track:  r = 5 exp(−(ω_z − 5)² − 0.1 ω_x² − 0.1 ω_y²) + 0.1 u_z     (target yaw rate fixed: 5 rad/s)
 
-Spin-tracking scores the squared tracking error through a bounded exponential rather than as a negative
-penalty: with negative per-step rewards and termination on falling, ending the episode early would pay.
-Every task: an episode fails when the torso is lower than 0.3 m (p_z < 0.3) and times out after 500 steps.
-Note the release's heavy ant (117 kg) cannot hold itself up passively: with zero torques the torso settles
-at 0.298 m, so a policy has to learn to stand before it can run or spin.
+The release's world is Y-up; a vector (x, y, z) here is (x, z, −y) there (robots.md §0.1), so its up axis y is
+our z and its x is our x: the formulas keep their meaning (spin: counter-clockwise seen from above).
+Every task: an episode fails when the torso is lower than 0.3 m and times out after 500 steps. Episodes start
+from the robot's task reset, :meth:`nerd.envs.ant.Ant.sample_reset_states` (the release's).
 
-Observation (37 numbers; 38 for spin-tracking), chosen by us:
-``[p_z (1), u (3), h (3), Rᵀv (3), Rᵀω (3), hinge angles (8), hinge rates (8), last actions (8), (ω* (1))]``
--- up and heading vectors in world axes (together they fix R without the sign ambiguity of a quaternion),
-velocities in the torso's axes.
+Observation (28 numbers, the release's ``dflex`` layout, rebuilt in its Y-up world axes):
 
-Episodes start from the robot's task reset, :meth:`nerd.envs.ant.Ant.sample_reset_states` (near the default
-pose), the same distribution passive evaluation uses with ``--initial-states task``.
+    [h_x (1), q_Y (4), v_Y (3), ω_Y (3), hinge angles (8), hinge rates (8), u_z (1)]
+
+with q_Y = q_c ⊗ q, q_c = rot(x, −π/2) the release's base rotation, and v_Y, ω_Y the velocities in Y-up axes.
+Index 0 is meant to be the torso height, but the release's observation kernel writes 29 values into a
+28-wide buffer: its last value, the heading's x component, overwrites index 0 (of the next env's row), and the
+published policies were trained with that (their input statistics at index 0: mean 0.93, std 0.10 for run).
+We feed each env its own h_x there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
 
 import torch
 
-from nerd.envs.environment import uniform
-from nerd.frames import quat_rotate, quat_rotate_inv
+from nerd.frames import quat_mul, quat_rotate
 from nerd.rl.tasks.base import Task
 
 EPISODE_LENGTH = 500
 TERMINATION_HEIGHT = 0.3  # [m]
-ACTION_COST = 0.005  # per unit of |a|²
-RUN_UP_WEIGHT, RUN_HEADING_WEIGHT = 0.1, 1.0
-SPIN_UP_WEIGHT = 1.0
+RUN_UP_WEIGHT = 0.1
+SPIN_TRACK_TARGET = 5.0  # [rad/s]
 TRACK_SCALE, TRACK_TILT_WEIGHT, TRACK_UP_WEIGHT = 5.0, 0.1, 0.1
-TARGET_YAW_RATE_RANGE = (-5.0, 5.0)  # [rad/s]
+RELEASE_BASE_ROTATION = (-math.sqrt(0.5), 0.0, 0.0, math.sqrt(0.5))
+"""q_c = rot(x, −π/2), xyzw: the release's turn of the Ant's (Z-up) body frame into its Y-up world."""
 
 E_X, E_Z = (1.0, 0.0, 0.0), (0.0, 0.0, 1.0)
 
@@ -68,30 +69,34 @@ def torso_frame(states: torch.Tensor) -> dict[str, torch.Tensor]:
     }
 
 
+def to_y_up(vectors: torch.Tensor) -> torch.Tensor:
+    """World vectors (..., 3) in the release's Y-up axes: (x, y, z) -> (x, z, −y)."""
+    return torch.stack([vectors[..., 0], vectors[..., 2], -vectors[..., 1]], dim=-1)
+
+
 class AntTask(Task):
-    """Shared observation and termination of the Ant tasks (episodes start from the Ant's task reset)."""
+    """Observation and termination shared by the Ant tasks (the release's)."""
 
     robot = "Ant"
     episode_length = EPISODE_LENGTH
-    observation_dim = 37
+    observation_dim = 28
 
     def observations(self, states: torch.Tensor, last_actions: torch.Tensor) -> torch.Tensor:
-        """``[p_z, u, h, Rᵀv, Rᵀω, hinge q, hinge qd, last actions]`` (N, 37)."""
+        """``[h_x, q_c ⊗ q, v_Y, ω_Y, hinge q, hinge qd, u_z]`` (N, 28), see the module docstring."""
         t = torso_frame(states)
+        quat_y_up = quat_mul(states.new_tensor(RELEASE_BASE_ROTATION).expand(len(states), 4), t["quat"])
         return torch.cat([
-            t["height"].unsqueeze(1), t["up"], t["heading"],
-            quat_rotate_inv(t["quat"], t["lin_vel"]), quat_rotate_inv(t["quat"], t["ang_vel"]),
-            t["hinge_q"], t["hinge_qd"], last_actions,
+            t["heading"][:, 0:1], quat_y_up, to_y_up(t["lin_vel"]), to_y_up(t["ang_vel"]),
+            t["hinge_q"], t["hinge_qd"], t["up"][:, 2:3],
         ], dim=1)
 
     def terminations(self, states: torch.Tensor) -> torch.Tensor:
         """Torso below 0.3 m, (N,) bool."""
         return states[:, 2] < TERMINATION_HEIGHT
 
-
-def action_cost(actions: torch.Tensor) -> torch.Tensor:
-    """0.005 |a|² (N,), on actions clamped to [−1, 1] as the controller applies them."""
-    return ACTION_COST * (actions.clamp(-1.0, 1.0) ** 2).sum(dim=1)
+    def rewards(self, states: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Sum of :meth:`reward_terms` (no action cost), (N,)."""
+        return torch.stack(list(self.reward_terms(states, actions).values())).sum(dim=0)
 
 
 class AntRun(AntTask):
@@ -99,11 +104,10 @@ class AntRun(AntTask):
 
     name = "run"
 
-    def rewards(self, states: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """v_x + 0.1 u_z + h_x − 0.005 |a|², (N,)."""
+    def reward_terms(self, states: torch.Tensor, actions: torch.Tensor) -> dict[str, torch.Tensor]:
+        """v_x, 0.1 u_z and h_x."""
         t = torso_frame(states)
-        return (t["lin_vel"][:, 0] + RUN_UP_WEIGHT * t["up"][:, 2] + RUN_HEADING_WEIGHT * t["heading"][:, 0]
-                - action_cost(actions))
+        return {"velocity": t["lin_vel"][:, 0], "up": RUN_UP_WEIGHT * t["up"][:, 2], "heading": t["heading"][:, 0]}
 
 
 class AntSpin(AntTask):
@@ -111,36 +115,20 @@ class AntSpin(AntTask):
 
     name = "spin"
 
-    def rewards(self, states: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """ω_z + u_z − 0.005 |a|², (N,)."""
+    def reward_terms(self, states: torch.Tensor, actions: torch.Tensor) -> dict[str, torch.Tensor]:
+        """ω_z and u_z."""
         t = torso_frame(states)
-        return t["ang_vel"][:, 2] + SPIN_UP_WEIGHT * t["up"][:, 2] - action_cost(actions)
+        return {"yaw_rate": t["ang_vel"][:, 2], "up": t["up"][:, 2]}
 
 
-class AntSpinTracking(AntTask):
-    """Spin at a per-episode target yaw rate ω*, given in the observation's last entry."""
+class AntSpinTrack(AntTask):
+    """Spin at 5 rad/s about world z, level."""
 
-    name = "spin_tracking"
-    observation_dim = 38
+    name = "spin_track"
 
-    def __init__(self, num_envs: int, device: str | torch.device = "cpu"):
-        super().__init__(num_envs, device)
-        self.target_yaw_rate = torch.zeros(num_envs, device=self.device)
-        """(N,) target yaw rate ω* of each env's current episode [rad/s]."""
-
-    def reset(self, env_ids: Sequence[int] | torch.Tensor, generator: torch.Generator) -> None:
-        """Draw ω* ~ U(−5, 5) rad/s for ``env_ids``."""
-        ids = torch.as_tensor(env_ids, dtype=torch.long, device=self.device)
-        low, high = TARGET_YAW_RATE_RANGE
-        self.target_yaw_rate[ids] = uniform(low, high, len(ids), generator).squeeze(1).to(self.device)
-
-    def observations(self, states: torch.Tensor, last_actions: torch.Tensor) -> torch.Tensor:
-        """The Ant observation plus ω*, (N, 38)."""
-        return torch.cat([super().observations(states, last_actions), self.target_yaw_rate.unsqueeze(1)], dim=1)
-
-    def rewards(self, states: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """5 exp(−(ω_z − ω*)² − 0.1 (ω_x² + ω_y²)) + 0.1 u_z, (N,)."""
+    def reward_terms(self, states: torch.Tensor, actions: torch.Tensor) -> dict[str, torch.Tensor]:
+        """5 exp(−(ω_z − 5)² − 0.1 ω_x² − 0.1 ω_y²) and 0.1 u_z."""
         t = torso_frame(states)
         w = t["ang_vel"]
-        error = (w[:, 2] - self.target_yaw_rate) ** 2 + TRACK_TILT_WEIGHT * (w[:, 0] ** 2 + w[:, 1] ** 2)
-        return TRACK_SCALE * torch.exp(-error) + TRACK_UP_WEIGHT * t["up"][:, 2]
+        error = (w[:, 2] - SPIN_TRACK_TARGET) ** 2 + TRACK_TILT_WEIGHT * (w[:, 0] ** 2 + w[:, 1] ** 2)
+        return {"tracking": TRACK_SCALE * torch.exp(-error), "up": TRACK_UP_WEIGHT * t["up"][:, 2]}

@@ -49,6 +49,10 @@ class Task:
         """Reward (N,) of the step that took actions (N, A) and arrived in states (N, S)."""
         raise NotImplementedError
 
+    def reward_terms(self, states: torch.Tensor, actions: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The reward's weighted terms, (N,) each, summing to :meth:`rewards` (for diagnostics); one by default."""
+        return {"reward": self.rewards(states, actions)}
+
     def terminations(self, states: torch.Tensor) -> torch.Tensor:
         """(N,) bool: the episode fails in these states (time-outs are the vec env's business)."""
         raise NotImplementedError

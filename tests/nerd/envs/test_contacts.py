@@ -5,8 +5,10 @@ import math
 import numpy as np
 import pytest
 import torch
+import warp as wp
 
 from nerd.envs import ant, make_env, pendulum
+from nerd.envs.contacts import FRICTION_SMOOTHING, eval_ground_contact_forces
 from nerd.frames import quat_rotate
 
 
@@ -79,16 +81,84 @@ def test_ant_mass_and_torso_inertia():
     np.testing.assert_allclose(np.diag(env.model.body_inertia.numpy()[0]), [0.596, 0.596, 1.089], atol=0.001)
 
 
-def test_ant_dropped_on_the_ground_comes_to_rest_upright():
-    """From the default pose, 3 s of zero torque leave the ant standing upright, still, on its feet."""
+@pytest.fixture(scope="module")
+def ant_at_rest():
+    """The Ant (Coulomb friction, its default) after 5 s of zero torque from its default pose: (env, state)."""
     env = make_env("Ant", 1)
     env.set_states(env.default_states(1))
-    for _ in range(180):
+    for _ in range(300):
         env.step_with_joint_act(torch.zeros(1, 8))
-    s = env.get_states()[0]
+    return env, env.get_states()
+
+
+def test_ant_dropped_on_the_ground_comes_to_rest_upright(ant_at_rest):
+    """From the default pose (1 m up), 5 s of zero torque leave the ant upright, still, on its feet."""
+    env, states = ant_at_rest
+    s = states[0]
     up = quat_rotate(s[3:7], torch.tensor([0.0, 0.0, 1.0]))
     assert 0.2 < s[2] < ant.START_HEIGHT, s[2]
     assert up[2] > 0.99
     assert s[15:].abs().max() < 0.05
     c = env.get_contacts()
     assert (c["contact_depths"][0, 0] > ant.TORSO_RADIUS)  # the torso does not touch the ground
+
+
+def sphere_contact_wrench(vel: tuple[float, float, float]) -> np.ndarray:
+    """Wrench (force, torque about the COM) on a ball (r 0.1 m, centre 0.09 m up: 1 cm deep) moving at ``vel``."""
+    ke, kd, kf, mu = ant.CONTACT_KE, ant.CONTACT_KD, ant.CONTACT_KF, ant.CONTACT_MU
+
+    def arr(values, dtype):
+        return wp.array(values, dtype=dtype, device="cpu")
+
+    body_f = wp.zeros(1, dtype=wp.spatial_vector, device="cpu")
+    wp.launch(eval_ground_contact_forces, dim=1, device="cpu", inputs=[
+        arr([wp.transform((0.0, 0.0, 0.09), wp.quat_identity())], wp.transform),
+        arr([wp.spatial_vector(*vel, 0.0, 0.0, 0.0)], wp.spatial_vector), arr([wp.vec3()], wp.vec3),
+        arr([0], int), arr([ke], float), arr([kd], float), arr([kf], float), arr([0.0], float), arr([mu], float),
+        arr([0], int), arr([wp.vec3()], wp.vec3), arr([wp.vec3()], wp.vec3),
+        arr([wp.vec3(0.0, 0.0, -1.0)], wp.vec3),  # Newton's normal, robot -> ground
+        arr([0.1], float), arr([0.0], float), FRICTION_SMOOTHING,
+    ], outputs=[body_f])
+    return body_f.numpy()[0]
+
+
+@pytest.mark.parametrize("speed,friction", [
+    # 1 cm deep: |Fn| = 4e4 * 0.01 = 400 N, mu |Fn| = 300 N; Huber norm H(v) = v²/2 (v <= 1), v - 1/2 (v > 1).
+    (0.3, 900.0),  # kf H = 135 < 300: viscous, kf v = 900 N (Coulomb would cap it at 300 N)
+    (0.5, 1200.0),  # kf H = 375 > 300: mu |Fn| v / H = 300 * 0.5 / 0.125
+    (2.0, 400.0),  # mu |Fn| v / H = 300 * 2 / 1.5
+])
+def test_huber_friction_law_on_a_sliding_ball(speed, friction):
+    """warp.sim's friction ft = vt / H(vt) * min(kf H(vt), mu |Fn|) against a hand computation (robots.md §0.3)."""
+    wrench = sphere_contact_wrench((speed, 0.0, 0.0))
+    # Friction opposes the slide; the 1 cm spring pushes up; the contact point (0, 0, -0.1) from the COM gives
+    # torque r x F = (0, 0.1 * friction, 0).
+    np.testing.assert_allclose(wrench, [-friction, 0.0, 400.0, 0.0, 0.1 * friction, 0.0], rtol=1e-5, atol=1e-3)
+
+
+def test_contact_damping_acts_on_approach_only():
+    """The normal damper adds kd * |vn| while the ball sinks (vn < 0) and nothing while it rises."""
+    np.testing.assert_allclose(sphere_contact_wrench((0.0, 0.0, -0.1))[:3], [0.0, 0.0, 410.0], atol=1e-3)
+    np.testing.assert_allclose(sphere_contact_wrench((0.0, 0.0, 0.1))[:3], [0.0, 0.0, 400.0], atol=1e-3)
+
+
+def test_friction_laws_agree_without_slip_and_differ_when_sliding(ant_at_rest):
+    """Huber and Coulomb laws share the normal model: from rest they step the same; sliding, they do not.
+
+    This also checks the plumbing of the Huber law (wrenches written to ``state.body_f`` before the solver
+    step) against Newton's own contact evaluation.
+    """
+    envs = {law: make_env("Ant", 2, contact_friction=law) for law in ("huber", "coulomb")}
+    assert make_env("Ant", 1).contact_friction == "coulomb"
+    states = ant_at_rest[1].repeat(2, 1)
+    states[1, 15] = 1.5  # env 1 slides along x at 1.5 m/s
+    after = {}
+    for law, env in envs.items():
+        env.set_states(states)
+        for _ in range(3):
+            env.step_with_joint_act(torch.zeros(2, 8))
+        after[law] = env.get_states()
+    torch.testing.assert_close(after["huber"][0], after["coulomb"][0], atol=2e-4, rtol=0)
+    assert (after["huber"][1, 15] - after["coulomb"][1, 15]).abs() > 0.01
+    with pytest.raises(ValueError, match="valid: coulomb, huber"):
+        make_env("Ant", 1, contact_friction="viscous")
