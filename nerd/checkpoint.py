@@ -48,13 +48,12 @@ def save_checkpoint(path: str | Path, model: NeRDModel, signature: RobotSignatur
     return path
 
 
-def load_checkpoint(path: str | Path, device: str | torch.device = "cpu"
-                    ) -> tuple[NeRDModel, RobotSignature, dict[str, Any]]:
-    """Load a checkpoint: (model on ``device``, robot signature, full payload with an int ``history_length``).
+def read_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> dict[str, Any]:
+    """The payload of a nerd checkpoint file, without building its model (tensors on ``device``).
 
     Raises:
         FileNotFoundError: If ``path`` does not exist.
-        ValueError: If the file is not a nerd checkpoint (or was saved with unsafe pickled objects).
+        UserError: If the file is not a nerd checkpoint (truncated, another format, unsafe pickled objects).
     """
     path = Path(path)
     if not path.is_file():
@@ -65,6 +64,19 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu"
         raise UserError(f"{path} is not a loadable nerd checkpoint ({first_line(err)})") from err
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise UserError(f"{path} is not a nerd checkpoint (expected format '{CHECKPOINT_FORMAT}')")
+    return payload
+
+
+def load_checkpoint(path: str | Path, device: str | torch.device = "cpu"
+                    ) -> tuple[NeRDModel, RobotSignature, dict[str, Any]]:
+    """Load a checkpoint: (model on ``device``, robot signature, full payload with an int ``history_length``).
+
+    Raises:
+        FileNotFoundError: If ``path`` does not exist.
+        ValueError: If the file is not a nerd checkpoint (or was saved with unsafe pickled objects).
+    """
+    path = Path(path)
+    payload = read_checkpoint(path, device)
     try:
         signature = RobotSignature.from_dict(payload["signature"])
         model_config = dict(payload["model_config"])

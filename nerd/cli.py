@@ -65,6 +65,9 @@ def resolve_device(device: str) -> str:
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
             raise UserError(f"--device {device}: no CUDA device is available; use --device cpu")
+        index = device.partition(":")[2]
+        if index and (not index.isdigit() or int(index) >= torch.cuda.device_count()):
+            raise UserError(f"--device {device}: no such CUDA device ({torch.cuda.device_count()} present)")
         return "cuda:0" if device == "cuda" else device
     if device != "cpu":
         raise UserError(f"--device must be 'cpu', 'cuda' or 'cuda:N', got '{device}'")
@@ -77,6 +80,23 @@ def check_output(path: str | Path, overwrite: bool) -> Path:
     if path.exists() and not overwrite:
         raise FileExistsError(f"{path} already exists; pass --overwrite to replace it")
     return path
+
+
+def check_json_output(path: str | Path, overwrite: bool, sibling_suffix: str | None) -> tuple[Path, Path | None]:
+    """Check a ``--output`` results JSON and the file written beside it (``sibling_suffix``, e.g. ``.png``).
+
+    The path must end in ``.json``, so that the sibling (same name, other suffix) can never be the same file;
+    neither may exist without ``--overwrite``. Returns (JSON path, sibling path or None).
+    """
+    path = Path(path)
+    if path.suffix.lower() != ".json":
+        beside = f" (the {sibling_suffix} file is written beside it)" if sibling_suffix else ""
+        raise UserError(f"--output {path}: give a .json path{beside}")
+    sibling = path.with_suffix(sibling_suffix) if sibling_suffix else None
+    for target in (path, sibling):
+        if target is not None:
+            check_output(target, overwrite)
+    return path, sibling
 
 
 class Terminated(KeyboardInterrupt):
@@ -128,5 +148,5 @@ def run_main(main: Callable[[], None]) -> None:
         sys.exit(1)
 
 
-__all__ = ["HelpFormatter", "add_common_args", "add_mass_matrix_refresh_arg", "add_overrides_arg", "check_output",
-           "make_parser", "resolve_device", "run_main"]
+__all__ = ["HelpFormatter", "add_common_args", "add_mass_matrix_refresh_arg", "add_overrides_arg", "check_json_output",
+           "check_output", "make_parser", "resolve_device", "run_main"]

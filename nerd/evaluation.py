@@ -28,6 +28,7 @@ from nerd.errors import UserError
 from nerd.frames import quat_angle, quat_inverse, quat_mul, wrap_angle
 from nerd.modes import GROUND_TRUTH, NEURAL
 from nerd.neural_environment import NeuralEnvironment
+from nerd.resources import check_memory
 from nerd.run_dir import write_text_atomic
 
 INITIAL_STATES = ("data", "task")
@@ -114,6 +115,14 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
     if env_mode == NEURAL and model_path is None:
         raise UserError("--env-mode neural needs --model-path")
     num_envs = min(num_envs, num_rollouts)
+    horizons = sorted({h for h in REPORT_HORIZONS if h < horizon} | {horizon})
+    # Lower bounds of what grows with the request (a one-env copy gives the state width), checked before any of
+    # it is allocated: both simulators' rollouts of a batch, float32 and stacked once; per-trajectory means of at
+    # least two metrics, float64.
+    state_dim = make_env(env_name, 1, contact_config=contact_config).state_dim
+    check_memory(3 * (horizon + 1) * num_envs * state_dim * 4 + 2 * len(horizons) * num_rollouts * 8,
+                 f"evaluating {num_rollouts:,} rollouts of {horizon:,} steps in batches of {num_envs:,} envs",
+                 device, "lower --num-envs, --num-rollouts or --rollout-horizon")
     env = make_env(env_name, num_envs, device=device, contact_config=contact_config,
                    mass_matrix_refresh=mass_matrix_refresh)
     sample = env.sample_initial_states if initial_states == "data" else env.sample_reset_states
@@ -123,7 +132,6 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
     sums: dict[str, torch.Tensor] = {}
     done = 0
     batches = math.ceil(num_rollouts / num_envs)
-    horizons = sorted({h for h in REPORT_HORIZONS if h < horizon} | {horizon})
     # Each trajectory's mean error over steps 1..h, per metric and reported horizon: the spread across trajectories.
     trajectory_means: dict[str, list[torch.Tensor]] = {}
     seconds = {"ground_truth": 0.0, "evaluated": 0.0}

@@ -22,6 +22,7 @@ from nerd.datasets.hdf5 import TrajectoryWriter
 from nerd.envs import make_env
 from nerd.errors import RolloutDivergedError, UserError
 from nerd.features import signature_of_env
+from nerd.resources import check_disk, check_memory
 
 DIVERGED_THRESHOLD = 1.0e5
 """A trajectory with any state coordinate beyond this magnitude is treated as diverged and dropped."""
@@ -81,6 +82,16 @@ class GenerationSummary:
         return self.num_transitions / max(self.seconds, 1e-9)
 
 
+def _field_shapes(env) -> dict[str, tuple[int, ...]]:
+    """Per-step shape of every dataset field for ``env``'s robot."""
+    c = env.contact_count
+    return {
+        "states": (env.state_dim,), "next_states": (env.state_dim,), "joint_acts": (env.act_dim,),
+        "contact_normals": (c, 3), "contact_points_0": (c, 3), "contact_points_1": (c, 3),
+        "contact_depths": (c,), "contact_thicknesses": (c,), "gravity_dir": (3,), "root_body_q": (7,),
+    }
+
+
 def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu", progress: bool = True
                      ) -> GenerationSummary:
     """Generate a trajectory dataset into ``path`` (HDF5, see :mod:`nerd.datasets.hdf5`).
@@ -90,16 +101,19 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
     """
     num_trajectories = math.ceil(cfg.num_transitions / cfg.trajectory_length)
     num_envs = min(cfg.num_envs, num_trajectories)
+    n, T = num_envs, cfg.trajectory_length
+    # Sizes first, from a one-env copy of the robot, so that a 10^9-sized request is refused before it allocates.
+    field_shapes = _field_shapes(make_env(cfg.env_name, 1, contact_config=cfg.contact_config))
+    row_bytes = 4 * sum(math.prod(shape) for shape in field_shapes.values())  # float32, one transition
+    check_memory(3 * n * T * row_bytes, f"generating with {n} envs x {T} steps", device,
+                 "lower --num-envs or --trajectory-length")
+    # lzf and gzip roughly halve these files.
+    check_disk(num_trajectories * T * row_bytes * (0.5 if cfg.compression else 1.0),
+               f"a dataset of {num_trajectories * T:,} transitions", Path(path).parent, "lower --num-transitions")
     env = make_env(cfg.env_name, num_envs, device=device, solver=cfg.solver, contact_config=cfg.contact_config,
                    mass_matrix_refresh=cfg.mass_matrix_refresh, contact_friction=cfg.contact_friction)
     random_planes = cfg.contact_config is None and hasattr(env, "sample_ground_planes")
     generator = torch.Generator().manual_seed(cfg.seed)
-    n, T, c = num_envs, cfg.trajectory_length, env.contact_count
-    field_shapes = {
-        "states": (env.state_dim,), "next_states": (env.state_dim,), "joint_acts": (env.act_dim,),
-        "contact_normals": (c, 3), "contact_points_0": (c, 3), "contact_points_1": (c, 3),
-        "contact_depths": (c,), "contact_thicknesses": (c,), "gravity_dir": (3,), "root_body_q": (7,),
-    }
     # The robot signature is what a model trained on the file is checked against; it is written from one place.
     attrs = {
         **signature_of_env(env).to_dict(), "state_dim": env.state_dim,

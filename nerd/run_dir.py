@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,73 @@ def write_run_record(logdir: str | Path, config: dict[str, Any]) -> None:
     """Write the resolved config (``config.yaml``) and the code's git state (``git.yaml``) into ``logdir``."""
     write_text_atomic(Path(logdir) / "config.yaml", yaml.safe_dump(config, sort_keys=False))
     write_text_atomic(Path(logdir) / "git.yaml", yaml.safe_dump(git_description()))
+
+
+def run_entries(logdir: str | Path, entries: Iterable[str]) -> list[Path]:
+    """The outputs of a previous run present in ``logdir``: the named entries and TensorBoard event files."""
+    logdir = Path(logdir)
+    found = [logdir / name for name in entries if (logdir / name).exists()]
+    return found + sorted(logdir.glob("events.out.tfevents.*"))
+
+
+def check_run_dir(logdir: str | Path, entries: Iterable[str], overwrite: bool) -> None:
+    """Refuse a ``logdir`` that holds a previous run unless ``overwrite`` (``--overwrite``) was given."""
+    if run_entries(logdir, entries) and not overwrite:
+        raise FileExistsError(f"{logdir} holds a run; pass --overwrite to replace it")
+
+
+@contextmanager
+def new_run_dir(logdir: str | Path, entries: Iterable[str], overwrite: bool, checkpoints: str = "nn/*"
+                ) -> Iterator[Path]:
+    """Give a new run the directory ``logdir``, keeping a previous run until the new one has started.
+
+    Call it once every input has been validated. A previous run's outputs (``entries`` and TensorBoard events;
+    refused unless ``overwrite``) are moved aside into ``logdir/.previous_run``. If the block fails before the
+    new run wrote a file matching ``checkpoints``, what it wrote is removed, the previous run is put back and a
+    directory created here is removed again, so a failed start leaves no run of ``config.yaml`` only and loses
+    nothing. When the block ends, or fails after the new run wrote a checkpoint, the previous run is deleted.
+    """
+    logdir = Path(logdir)
+    entries = tuple(entries)
+    aside = logdir / ".previous_run"
+    if aside.exists():  # left by a start that was killed (-9): the run it set aside, or one that did start
+        if any(logdir.glob(checkpoints)):
+            shutil.rmtree(aside)
+        else:
+            clear_run_dir(logdir, entries)
+            _restore(aside, logdir)
+    check_run_dir(logdir, entries, overwrite)
+    created = not logdir.exists()
+    logdir.mkdir(parents=True, exist_ok=True)
+    previous = run_entries(logdir, entries)
+    if previous:
+        aside.mkdir()
+        for path in previous:
+            os.replace(path, aside / path.name)
+    try:
+        yield logdir
+    except BaseException:
+        if not any(logdir.glob(checkpoints)):
+            clear_run_dir(logdir, entries)
+            if previous:
+                _restore(aside, logdir)
+            if created and not any(logdir.iterdir()):
+                logdir.rmdir()
+        elif aside.exists():
+            shutil.rmtree(aside)
+        raise
+    if aside.exists():
+        shutil.rmtree(aside)
+
+
+def _restore(aside: Path, logdir: Path) -> None:
+    """Move a run set aside by :func:`new_run_dir` back into ``logdir``."""
+    for path in aside.iterdir():
+        target = logdir / path.name
+        if target.is_dir():
+            shutil.rmtree(target)
+        os.replace(path, target)
+    aside.rmdir()
 
 
 def clear_run_dir(logdir: str | Path, entries: Iterable[str]) -> None:

@@ -7,8 +7,8 @@ scalars and checkpoints (``nn/last.pt``, and ``nn/best.pt`` by rollout error or 
 
 from __future__ import annotations
 
-import shutil
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -17,7 +17,7 @@ import torch
 import yaml
 from tqdm import tqdm
 
-from nerd.checkpoint import load_checkpoint, save_checkpoint
+from nerd.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
 from nerd.config import ConfigError, check_range, to_dict
 from nerd.datasets.windows import TrajectoryWindows
 from nerd.errors import RolloutDivergedError, UserError
@@ -25,7 +25,7 @@ from nerd.frames import wrap_angle
 from nerd.models import ModelConfig
 from nerd.models.nerd_model import NeRDModel
 from nerd.modes import NEURAL
-from nerd.run_dir import write_run_record, write_text_atomic
+from nerd.run_dir import check_run_dir, new_run_dir, write_run_record, write_text_atomic
 
 RUN_DIR_ENTRIES = ("nn", "config.yaml", "git.yaml", "summary.yaml")
 """What a training run writes in its directory besides TensorBoard events (what ``--overwrite`` removes)."""
@@ -197,17 +197,25 @@ def validation_loss(model: NeRDModel, data: TrajectoryWindows, batch_size: int, 
     return sum(losses) / max(len(losses), 1)
 
 
-def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int = 0,
-          checkpoint: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
-    """Train a NeRD model; returns a summary (best checkpoint score, checkpoint paths, time).
+def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int = 0, *, resume: bool = False,
+          init_from: str | Path | None = None, overwrite: bool = False, progress: bool = True) -> dict[str, Any]:
+    """Train a NeRD model in the run directory ``logdir``; returns a summary (best score, checkpoint paths, time).
 
-    ``checkpoint``: resume that run (same training file: its weights, optimiser and epoch) or fine-tune it on a
-    new training file (its weights and normalisation statistics, a fresh optimiser, from epoch 0).
+    Args:
+        resume: Continue the run in ``logdir`` from its ``nn/last.pt`` (weights, optimiser, next epoch, best
+            checkpoint so far). ``cfg`` may change the schedule (epochs, learning rate, batches) but not the
+            robot, model, ``history_length`` or training file (see :func:`check_resume_config`).
+        init_from: Start a new run from this checkpoint's weights and normalisation statistics, with a fresh
+            optimiser from epoch 0 (fine-tuning, typically on a new dataset); the model config must match it.
+        overwrite: Replace a previous run in ``logdir``; it is set aside only once every input has been
+            validated and restored if the new run fails before its first checkpoint (:func:`new_run_dir`).
     """
-    from torch.utils.tensorboard import SummaryWriter
-
+    if resume and init_from is not None:
+        raise UserError("resume continues the run in the log directory, init_from starts a new one: pick one")
     torch.manual_seed(seed)
     logdir = Path(logdir)
+    if not resume:
+        check_run_dir(logdir, RUN_DIR_ENTRIES, overwrite)  # fail fast, before the datasets are read
     train_data = TrajectoryWindows(cfg.dataset.train, cfg.history_length, device, cfg.dataset.max_train_trajectories)
     valid_data = TrajectoryWindows(cfg.dataset.valid, cfg.history_length, device)
     sig = train_data.signature
@@ -223,14 +231,23 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
                         f"{sig.env_name} is not one")
     if cfg.best_checkpoint_by == "rollout" and cfg.rollout_eval.num_envs < 1:
         raise UserError("best_checkpoint_by: rollout needs rollout_eval.num_envs > 0; set it or use valid_loss")
-    model, optimizer, start_epoch, best_score = _init_or_resume(cfg, train_data, logdir, device, checkpoint)
+    model, optimizer, start_epoch, best_score = _init_or_resume(cfg, train_data, logdir, device, resume, init_from)
 
-    logdir.mkdir(parents=True, exist_ok=True)
+    run_dir = nullcontext(logdir) if resume else new_run_dir(logdir, RUN_DIR_ENTRIES, overwrite, "nn/*.pt")
+    with run_dir:
+        return _train_loop(cfg, logdir, model, optimizer, start_epoch, best_score, train_data, valid_data, device,
+                           seed, progress)
+
+
+def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: torch.optim.Optimizer, start_epoch: int,
+                best_score: float, train_data: TrajectoryWindows, valid_data: TrajectoryWindows, device: str,
+                seed: int, progress: bool) -> dict[str, Any]:
+    """The epochs of :func:`train`, once every input is validated, in the prepared run directory."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    sig = train_data.signature
     config_dict = to_dict(cfg)
     write_run_record(logdir, config_dict)
-    writer = SummaryWriter(str(logdir))
-    writer.add_text("hyperparameters", "|key|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in config_dict.items()))
-
     batches = len(range(0, len(train_data), cfg.batch_size))
     steps_per_epoch = min(batches, cfg.batches_per_epoch or batches)
     best_path, last_path = logdir / "nn" / "best.pt", logdir / "nn" / "last.pt"
@@ -240,30 +257,33 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
     started = time.perf_counter()
     run = _Progress(step=start_epoch * steps_per_epoch,
                     budget=cfg.time_budget_minutes * 60.0 if cfg.time_budget_minutes else None)
-    for epoch in range(start_epoch, cfg.num_epochs):
-        if run.budget_spent:
-            break
-        epoch_start = time.perf_counter()
-        losses = _train_epoch(model, optimizer, cfg, train_data, epoch, steps_per_epoch, seed, run,
-                              (noise_columns, noise_std), writer, progress)
-        epoch_seconds = time.perf_counter() - epoch_start
-        valid = validation_loss(model, valid_data, cfg.batch_size, cfg.valid_batches, seed + 1)
-        save_checkpoint(last_path, model, sig, config_dict, history_length=cfg.history_length, epoch=epoch,
-                        optimizer=optimizer)
-        ckpt_metrics = _evaluate_epoch(cfg, last_path, epoch, device, writer)
-        writer.add_scalar("losses/valid", valid, epoch)
-        writer.add_scalar("perf/windows_per_second", len(losses) * cfg.batch_size / epoch_seconds, epoch)
-        record = {"epoch": epoch, "train_loss": sum(losses) / max(len(losses), 1), "valid_loss": valid,
-                  "epoch_seconds": epoch_seconds, **ckpt_metrics}
-        history.append(record)
-        print(" ".join(f"{k} {v:.5g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()), flush=True)
-        score = valid if cfg.best_checkpoint_by == "valid_loss" else sum(ckpt_metrics.values())
-        if score < best_score:
-            best_score = score
-            save_checkpoint(best_path, model, sig, config_dict, history_length=cfg.history_length, epoch=epoch,
-                            extra={"valid_loss": valid, **ckpt_metrics, "best_checkpoint_by": cfg.best_checkpoint_by,
-                                   "best_score": score})
-    writer.close()
+    with SummaryWriter(str(logdir)) as writer:
+        writer.add_text("hyperparameters",
+                        "|key|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in config_dict.items()))
+        for epoch in range(start_epoch, cfg.num_epochs):
+            if run.budget_spent:
+                break
+            epoch_start = time.perf_counter()
+            losses = _train_epoch(model, optimizer, cfg, train_data, epoch, steps_per_epoch, seed, run,
+                                  (noise_columns, noise_std), writer, progress)
+            epoch_seconds = time.perf_counter() - epoch_start
+            valid = validation_loss(model, valid_data, cfg.batch_size, cfg.valid_batches, seed + 1)
+            save_checkpoint(last_path, model, sig, config_dict, history_length=cfg.history_length, epoch=epoch,
+                            optimizer=optimizer)
+            ckpt_metrics = _evaluate_epoch(cfg, last_path, epoch, device, writer)
+            writer.add_scalar("losses/valid", valid, epoch)
+            writer.add_scalar("perf/windows_per_second", len(losses) * cfg.batch_size / epoch_seconds, epoch)
+            record = {"epoch": epoch, "train_loss": sum(losses) / max(len(losses), 1), "valid_loss": valid,
+                      "epoch_seconds": epoch_seconds, **ckpt_metrics}
+            history.append(record)
+            print(" ".join(f"{k} {v:.5g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()),
+                  flush=True)
+            score = valid if cfg.best_checkpoint_by == "valid_loss" else sum(ckpt_metrics.values())
+            if score < best_score:
+                best_score = score
+                save_checkpoint(best_path, model, sig, config_dict, history_length=cfg.history_length, epoch=epoch,
+                                extra={"valid_loss": valid, **ckpt_metrics,
+                                       "best_checkpoint_by": cfg.best_checkpoint_by, "best_score": score})
     summary = {"optimizer_steps": run.step, "windows_seen": run.step * cfg.batch_size, "step_seconds": run.seconds,
                "best_checkpoint_by": cfg.best_checkpoint_by, "best_score": best_score,
                "best_valid_loss": min((r["valid_loss"] for r in history), default=float("nan")),
@@ -291,22 +311,31 @@ class _Progress:
         return self.budget is not None and self.seconds >= self.budget
 
 
-def _init_or_resume(cfg: TrainConfig, train_data: TrajectoryWindows, logdir: Path, device: str,
-                    checkpoint: str | Path | None) -> tuple[NeRDModel, torch.optim.Optimizer, int, float]:
-    """A fresh model (statistics of the training set), a resumed run or a fine-tuned one.
+def _init_or_resume(cfg: TrainConfig, train_data: TrajectoryWindows, logdir: Path, device: str, resume: bool,
+                    init_from: str | Path | None) -> tuple[NeRDModel, torch.optim.Optimizer, int, float]:
+    """A fresh model (statistics of the training set), a resumed run or one initialised from a checkpoint.
 
     Returns:
         (model in train mode, its Adam optimiser, first epoch to run, best checkpoint score so far).
     """
     sig = train_data.signature
     start_epoch, optimizer_state, best_score = 0, None, float("inf")
-    if checkpoint is not None:
-        model, ckpt_sig, payload = load_checkpoint(checkpoint, device)
+    if resume:
+        last = logdir / "nn" / "last.pt"
+        if not last.is_file():
+            raise FileNotFoundError(f"nothing to resume: {last} does not exist (start the run without --resume)")
+        model, ckpt_sig, payload = load_checkpoint(last, device)
         ckpt_sig.check_compatible(sig, what="checkpoint")
-        if Path(payload["config"]["dataset"]["train"]).resolve() == Path(cfg.dataset.train).resolve():
-            start_epoch, optimizer_state = payload["epoch"] + 1, payload["optimizer_state"]
-            best_score = _previous_best(Path(checkpoint).parent / "best.pt", logdir / "nn" / "best.pt",
-                                        cfg.best_checkpoint_by)
+        check_resume_config(cfg, model.cfg, payload)
+        start_epoch, optimizer_state = payload["epoch"] + 1, payload["optimizer_state"]
+        best_score = _previous_best(logdir / "nn" / "best.pt", cfg.best_checkpoint_by)
+    elif init_from is not None:
+        model, ckpt_sig, _ = load_checkpoint(init_from, device)
+        ckpt_sig.check_compatible(sig, what="checkpoint")
+        if to_dict(model.cfg) != to_dict(cfg.model):
+            raise ConfigError(f"--init-from {init_from}: its model differs from the config's 'model' section "
+                              f"({_differences(to_dict(model.cfg), to_dict(cfg.model), 'model')}); "
+                              "make the config's model section match the checkpoint's")
     else:
         model = NeRDModel(sig.input_groups, sig.target_dim, cfg.model).to(device)
         # Statistics of every step of the training set, computed once.
@@ -317,6 +346,41 @@ def _init_or_resume(cfg: TrainConfig, train_data: TrajectoryWindows, logdir: Pat
     if optimizer_state is not None:
         optimizer.load_state_dict(optimizer_state)
     return model, optimizer, start_epoch, best_score
+
+
+def check_resume_config(cfg: TrainConfig, model_cfg: ModelConfig, payload: dict[str, Any]) -> None:
+    """Refuse to resume a run with a config that would change what its checkpoint holds.
+
+    The model sizes, ``history_length`` and the training file stay those of the run (the weights, and the
+    normalisation statistics of that file, come from the checkpoint); the schedule may change.
+
+    Raises:
+        ConfigError: Naming every key that differs and what to do instead.
+    """
+    changed = []
+    if to_dict(model_cfg) != to_dict(cfg.model):
+        changed.append(_differences(to_dict(model_cfg), to_dict(cfg.model), "model"))
+    if payload["history_length"] != cfg.history_length:
+        changed.append(f"history_length {payload['history_length']} -> {cfg.history_length}")
+    old_train = payload["config"].get("dataset", {}).get("train", "")
+    if Path(old_train).resolve() != Path(cfg.dataset.train).resolve():
+        changed.append(f"dataset.train {old_train} -> {cfg.dataset.train}")
+    if changed:
+        raise ConfigError(f"cannot resume with a changed {'; '.join(changed)}: the run's checkpoint holds the "
+                          "old one; resume with the run's config, or start a new run with --init-from")
+
+
+def _differences(old: dict[str, Any], new: dict[str, Any], prefix: str) -> str:
+    """``key old -> new`` for every leaf that differs between two nested dicts."""
+    parts = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            if a != b:
+                parts.append(_differences(a, b, f"{prefix}.{key}"))
+        elif a != b:
+            parts.append(f"{prefix}.{key} {a} -> {b}")
+    return ", ".join(parts)
 
 
 def _train_epoch(model: NeRDModel, optimizer: torch.optim.Optimizer, cfg: TrainConfig, train_data: TrajectoryWindows,
@@ -381,17 +445,18 @@ def _evaluate_epoch(cfg: TrainConfig, checkpoint: Path, epoch: int, device: str,
     return metrics
 
 
-def _previous_best(source: Path, target: Path, best_checkpoint_by: str) -> float:
-    """Score of a resumed run's best checkpoint, copied into the new run directory if it is elsewhere.
+def _previous_best(path: Path, best_checkpoint_by: str) -> float:
+    """Score of a resumed run's best checkpoint (inf without one, or one chosen by another criterion).
 
-    A best checkpoint chosen by another criterion scores inf, so the resumed run replaces it.
+    Raises:
+        UserError: If the file is damaged (the resumed run would otherwise replace it blindly, or crash later).
     """
-    if not source.is_file():
+    if not path.is_file():
         return float("inf")
-    if source.resolve() != target.resolve():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
-    extra = torch.load(source, map_location="cpu", weights_only=True).get("extra", {})
+    try:
+        extra = read_checkpoint(path).get("extra", {})
+    except UserError as err:
+        raise UserError(f"{err}; move it away to resume without it") from err
     # Checkpoints written before the choice existed were selected by validation loss.
     if extra.get("best_checkpoint_by", "valid_loss") != best_checkpoint_by:
         return float("inf")

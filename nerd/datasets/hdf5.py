@@ -32,6 +32,8 @@ TRAJECTORY_FIELDS = (
     "root_body_q",
 )
 """Per-step fields of a trajectory dataset, in file order."""
+REQUIRED_ATTRS = ("env_name", "state_dim", "joint_act_dim", "trajectory_length", "frame_dt")
+"""File attributes every reader relies on (checked by :func:`read_attrs`)."""
 
 
 class DatasetError(UserError):
@@ -159,14 +161,34 @@ def read_attrs(path: str | Path) -> dict[str, Any]:
     try:
         with h5py.File(path, "r") as f:
             attrs = {key: _decode(value) for key, value in f.attrs.items()}
-            missing = [name for name in TRAJECTORY_FIELDS if name not in f.get("data", {})]
+            data = f.get("data", {})
+            missing = [name for name in TRAJECTORY_FIELDS if name not in data]
+            shapes = {name: tuple(data[name].shape) for name in TRAJECTORY_FIELDS if name in data}
     except OSError as err:
         raise DatasetError(f"{path} is not a readable HDF5 file ({err})") from err
     if not attrs.get("complete", False):
         raise DatasetError(f"{path} is incomplete (its generation did not finish); generate it again")
     if missing:
         raise DatasetError(f"{path} lacks the fields {', '.join(missing)}; it is not a nerd trajectory dataset")
+    absent = [key for key in REQUIRED_ATTRS if key not in attrs]
+    if absent:
+        raise DatasetError(f"{path} lacks the attributes {', '.join(absent)}; it was not written by "
+                           "generate_dataset.py")
+    _check_shapes(path, shapes, attrs)
     return attrs
+
+
+def _check_shapes(path: Path, shapes: dict[str, tuple[int, ...]], attrs: dict[str, Any]) -> None:
+    """Every field holds (num_trajectories, trajectory_length, ...) with the attributes' state and torque widths."""
+    expected = {"states": attrs["state_dim"], "next_states": attrs["state_dim"], "joint_acts": attrs["joint_act_dim"]}
+    n, length = shapes["states"][0], int(attrs["trajectory_length"])
+    for name, shape in shapes.items():
+        if len(shape) < 2 or shape[0] != n or shape[1] != length:
+            raise DatasetError(f"{path}: field '{name}' has shape {shape}, but 'states' holds {n} trajectories of "
+                               f"{length} steps; the file is damaged, generate it again")
+        if name in expected and shape[-1] != expected[name]:
+            raise DatasetError(f"{path}: field '{name}' is {shape[-1]} wide, the attributes say {expected[name]}; "
+                               "the file is damaged, generate it again")
 
 
 def load_trajectories(path: str | Path, fields: tuple[str, ...] = TRAJECTORY_FIELDS,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,11 @@ def plot_dataset(path: str | Path, png: str | Path, num_trajectories: int = 4) -
     fig.tight_layout()
     png = Path(png)
     png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, dpi=80)
-    plt.close(fig)
+    tmp = png.with_name(png.name + ".tmp")  # written whole, then renamed: no reader sees half a PNG
+    try:
+        fig.savefig(tmp, dpi=80, format="png")
+        os.replace(tmp, png)
+    finally:
+        tmp.unlink(missing_ok=True)
+        plt.close(fig)
     return png

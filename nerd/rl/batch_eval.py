@@ -3,7 +3,9 @@
 Every policy (typically one PPO seed each) plays ``num_games`` episodes in every simulator from the same
 initial states (the vec env's reset stream is reseeded with ``seed`` before each evaluation). The table holds
 mean ± std episode reward per simulator and the relative gap (neural − GT) / |GT| of the means, per policy and
-over all episodes of all policies pooled; it is printed and written as JSON and Markdown.
+over all episodes of all policies pooled; it is printed and written as JSON and Markdown. Episodes that ended in
+a non-finite NeRD state are counted per cell (``num_diverged``, shown in the Markdown when not zero); a policy
+whose episodes all diverge fails the evaluation (:func:`nerd.rl.runner.evaluate_policy`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ class PolicyEvalConfig:
     """Parallel envs."""
     seed: int = 500
     """Seed of the initial states (the same for every policy and simulator)."""
+    episode_length: int | None = None
+    """Steps before a time-out; None keeps the RL config's (for quick checks, e.g. ``--cfg-overrides
+    episode_length=20``)."""
 
 
 def _stats(rewards: list[float]) -> dict[str, float]:
@@ -68,6 +73,8 @@ def batch_evaluate(cfg: PolicyEvalConfig, device: str = "cpu", progress: bool = 
     rl_cfg.env.num_envs = min(cfg.num_envs, cfg.num_games)
     if cfg.nerd_model_path is not None:
         rl_cfg.env.nerd_model_path = cfg.nerd_model_path
+    if cfg.episode_length is not None:
+        rl_cfg.env.episode_length = cfg.episode_length
     env_cfgs = {}
     for simulator in dict.fromkeys(cfg.simulators):
         env_cfg = copy.deepcopy(rl_cfg.env)
@@ -77,6 +84,7 @@ def batch_evaluate(cfg: PolicyEvalConfig, device: str = "cpu", progress: bool = 
 
     rewards: dict[str, dict[str, list[float]]] = {sim: {} for sim in env_cfgs}
     lengths: dict[str, dict[str, list[int]]] = {sim: {} for sim in env_cfgs}
+    diverged: dict[str, dict[str, int]] = {sim: {} for sim in env_cfgs}
     for simulator, env_cfg in env_cfgs.items():
         vec_env = make_vec_env(env_cfg, device, cfg.seed)
         for path in cfg.checkpoints:
@@ -84,9 +92,11 @@ def batch_evaluate(cfg: PolicyEvalConfig, device: str = "cpu", progress: bool = 
             result = evaluate_policy(vec_env, act, cfg.num_games, cfg.seed)
             rewards[simulator][path] = result["episode_rewards"]
             lengths[simulator][path] = result["episode_lengths"]
+            diverged[simulator][path] = result["num_diverged"]
             if progress:
+                note = f", {result['num_diverged']} diverged" if result["num_diverged"] else ""
                 print(f"{simulator:>12}  {path}: {result['mean_reward']:.2f} ± {result['std_reward']:.2f} "
-                      f"(length {result['mean_length']:.1f})", flush=True)
+                      f"(length {result['mean_length']:.1f}{note})", flush=True)
 
     rows = []
     for name, picked in [(path, [path]) for path in cfg.checkpoints] + [("all", cfg.checkpoints)]:
@@ -94,7 +104,8 @@ def batch_evaluate(cfg: PolicyEvalConfig, device: str = "cpu", progress: bool = 
         for simulator in env_cfgs:
             pooled = [r for path in picked for r in rewards[simulator][path]]
             pooled_lengths = [n for path in picked for n in lengths[simulator][path]]
-            row[simulator] = {**_stats(pooled), "mean_length": float(np.mean(pooled_lengths))}
+            row[simulator] = {**_stats(pooled), "mean_length": float(np.mean(pooled_lengths)),
+                              "num_diverged": sum(diverged[simulator][path] for path in picked)}
         if GROUND_TRUTH in env_cfgs and NEURAL in env_cfgs:
             row["relative_gap"] = relative_gap(row[NEURAL]["mean"], row[GROUND_TRUTH]["mean"])
         rows.append(row)
@@ -112,7 +123,9 @@ def format_markdown(table: dict[str, Any]) -> str:
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in table["rows"]:
         cells = [f"**{row['policy']}**" if row["policy"] == "all" else row["policy"]]
-        cells += [f"{row[sim]['mean']:.1f} ± {row[sim]['std']:.1f}" for sim in sims]
+        cells += [f"{row[sim]['mean']:.1f} ± {row[sim]['std']:.1f}"
+                  + (f" ({row[sim]['num_diverged']} diverged)" if row[sim].get("num_diverged") else "")
+                  for sim in sims]
         if has_gap:
             gap = row["relative_gap"]
             cells.append("n/a" if gap is None else f"{100 * gap:+.1f} %")

@@ -5,12 +5,15 @@ A file under ``cfg/rl/<Robot>/<task>.yaml`` has two top-level keys:
 * ``env`` -> :class:`RLEnvConfig` (robot, task, simulator, env count), validated like every nerd config;
 * ``params`` -> the rl-games configuration (``algo``, ``model``, ``network``, ``config``), handed to rl-games
   after :func:`resolve_params` fills in what depends on the command line (device, seed, run directory, env
-  count). Only the few keys nerd relies on are checked here; rl-games reads the rest.
+  count). The top-level keys and those of ``params.config`` must be ones rl-games reads (a typo is an error);
+  the sections ``algo``, ``model`` and ``network`` pass through to rl-games unchecked beyond the few keys nerd
+  relies on, so a misspelt key there is ignored by rl-games: the run's ``config.yaml`` shows what it was given.
 """
 
 from __future__ import annotations
 
 import copy
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,32 @@ RL_GAMES_ENV_NAME = "nerd"
 """Name under which the vec env is registered with rl-games (``env_configurations``)."""
 RL_GAMES_VECENV_TYPE = "NERD"
 """rl-games vec env type (``vecenv``) of :class:`~nerd.rl.vec_env.NeRDVecEnv`."""
+RL_GAMES_PARAMS_KEYS = frozenset({"algo", "model", "network", "config", "seed", "torch_threads"})
+"""Keys rl-games reads at the top level of ``params`` (``rl_games.torch_runner.Runner``)."""
+RL_GAMES_CONFIG_KEYS = frozenset({
+    "actor_betas", "actor_lr", "adv_rms_momentum", "alpha_lr", "alphas_betas", "balance_env_rewards", "batch_size",
+    "bound_loss_type", "bounds_loss_coef", "bptt_length", "central_value_config", "check_scores", "clip_actions",
+    "clip_value", "config", "critic_betas", "critic_coef", "critic_grad_clip", "critic_lr", "critic_mode",
+    "critic_tau", "deterministic", "device", "device_name", "dir_to_monitor", "e_clip", "entropy_coef", "env_args",
+    "env_config", "env_info", "env_name", "env_update_num", "epochs_between_resets", "evaluation", "experiments",
+    "features", "fixed_sigma", "freeze_critic", "full_experiment_name", "games_num", "games_to_check",
+    "games_to_track", "gamma", "grad_norm", "horizon_length", "init_alpha", "input_shape", "is_train",
+    "kl_threshold", "learnable_temperature", "learning_rate", "log_path", "lr_schedule", "max_epochs", "max_frames",
+    "max_steps", "mini_epochs", "minibatch_size", "minibatch_size_per_env", "mixed_precision", "mode",
+    "mu_activation", "mu_init", "multi_gpu", "n_game_life", "name", "network", "network_path",
+    "normalize_advantage", "normalize_input", "normalize_rms_advantage", "normalize_value", "num_actors",
+    "num_steps_per_episode", "num_updates_per_step", "num_warmup_frames", "num_warmup_steps", "object_store_memory",
+    "params", "pbt_idx", "player", "policy_frequency", "population_based_training", "ppo", "print_stats", "render",
+    "render_sleep", "replay_buffer_size", "reward_shaper", "save_best_after", "save_frequency", "schedule_entropy",
+    "schedule_type", "score_to_win", "self_play", "self_play_config", "seq_length", "sigma_activation",
+    "sigma_init", "start_exp", "start_sub_exp", "target_entropy_coef", "tau", "train_dir", "truncate_grads",
+    "update_checkpoint_freq", "update_score", "use_action_masks", "use_best_prev_result", "use_diagnostics",
+    "use_experimental_cv", "use_smooth_clamp", "use_vecenv", "value_bootstrap", "value_size", "vec_env",
+    "weight_decay", "zero_rnn_on_done"
+})
+"""Every key the pinned rl-games reads from a ``config`` mapping (``config[...]``/``config.get(...)`` anywhere in
+its source; a test keeps this in step with the installed version). ``params.config`` keys outside it are refused,
+so a typo is an error rather than a silently ignored setting."""
 
 
 @dataclass
@@ -66,6 +95,20 @@ def load_rl_config(path: str | Path, overrides: list[str] | None = None) -> RLCo
     return cfg
 
 
+def run_config_of(checkpoint: str | Path) -> Path:
+    """The ``config.yaml`` of the run a policy checkpoint belongs to: beside it, or one folder up (``<run>/nn/``).
+
+    Raises:
+        UserError: If neither exists (then the config has to be named with ``--rl-cfg``).
+    """
+    checkpoint = Path(checkpoint)
+    candidates = [checkpoint.parent / "config.yaml", checkpoint.parent.parent / "config.yaml"]
+    for path in candidates:
+        if path.is_file():
+            return path
+    raise UserError(f"no config.yaml beside {checkpoint} or one folder up; name its RL config with --rl-cfg")
+
+
 def check_params(params: dict[str, Any]) -> None:
     """Check the rl-games keys nerd depends on, so a broken file fails before any env is built."""
     for key in ("algo", "model", "network", "config"):
@@ -74,7 +117,16 @@ def check_params(params: dict[str, Any]) -> None:
     if params["algo"].get("name") != "a2c_continuous":
         raise ConfigError(f"config key 'params.algo.name': nerd's tasks have continuous actions, use "
                           f"'a2c_continuous', got {params['algo'].get('name')!r}")
+    unknown = sorted(set(params) - RL_GAMES_PARAMS_KEYS)
+    if unknown:
+        raise ConfigError(f"unknown config key 'params.{unknown[0]}' (rl-games reads "
+                          f"{', '.join(sorted(RL_GAMES_PARAMS_KEYS))})")
     config = params["config"]
+    for key in sorted(config):
+        if key not in RL_GAMES_CONFIG_KEYS:
+            close = difflib.get_close_matches(key, RL_GAMES_CONFIG_KEYS, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise ConfigError(f"unknown config key 'params.config.{key}': rl-games does not read it{hint}")
     for key in ("horizon_length", "minibatch_size", "mini_epochs"):
         if not isinstance(config.get(key), int) or config[key] < 1:
             raise ConfigError(f"config key 'params.config.{key}' must be a positive integer")

@@ -17,14 +17,18 @@ resets every env and counts only the first episode of each, so short episodes ar
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import json
+import os
 import pickle
 import random
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 import torch
@@ -32,11 +36,11 @@ import yaml
 from rl_games.common.algo_observer import DefaultAlgoObserver
 
 from nerd.config import to_dict
-from nerd.errors import UserError, first_line
+from nerd.errors import RolloutDivergedError, UserError, first_line
 from nerd.modes import GROUND_TRUTH, NEURAL
 from nerd.rl.config import RLConfig, resolve_params
 from nerd.rl.vec_env import NeRDVecEnv, check_env_config, make_vec_env, register_with_rl_games
-from nerd.run_dir import write_run_record, write_text_atomic
+from nerd.run_dir import new_run_dir, write_run_record, write_text_atomic
 
 RUN_DIR_ENTRIES = ("nn", "summaries", "config.yaml", "git.yaml", "train_summary.json")
 """What a training run writes in its directory (and what ``--overwrite`` removes first, see
@@ -44,17 +48,30 @@ RUN_DIR_ENTRIES = ("nn", "summaries", "config.yaml", "git.yaml", "train_summary.
 
 
 class ProgressObserver(DefaultAlgoObserver):
-    """Records (and prints) the mean episode reward and length of the last 100 episodes after every epoch.
+    """Records (and prints) the mean episode reward and length of the last 100 episodes after every epoch, and
+    counts the episodes that ended because the NeRD state diverged (``infos["diverged"]``).
 
     Args:
         progress: Print one line per epoch.
+        stream: Where to print (rl-games' own prints are silenced by redirecting ``sys.stdout``).
     """
 
-    def __init__(self, progress: bool = True):
+    def __init__(self, progress: bool = True, stream: TextIO | None = None):
         super().__init__()
         self.progress = progress
+        self.stream = stream
         self.history: list[dict[str, float]] = []
         """One record per epoch that had finished episodes: epoch, frames, seconds, mean reward and length."""
+        self.episodes = 0
+        """Episodes finished so far (all envs)."""
+        self.diverged = 0
+        """Of those, episodes ended by a non-finite NeRD state."""
+
+    def process_infos(self, infos: dict, done_indices: torch.Tensor) -> None:
+        super().process_infos(infos, done_indices)
+        if isinstance(infos, dict) and "diverged" in infos:
+            self.episodes += len(done_indices)
+            self.diverged += int(infos["diverged"].sum())
 
     def after_print_stats(self, frame: int, epoch_num: int, total_time: float) -> None:
         super().after_print_stats(frame, epoch_num, total_time)
@@ -63,11 +80,31 @@ class ProgressObserver(DefaultAlgoObserver):
             return
         record = {"epoch": int(epoch_num), "frames": int(frame), "seconds": float(total_time),
                   "mean_episode_reward": float(algo.game_rewards.get_mean()[0]),
-                  "mean_episode_length": float(algo.game_lengths.get_mean())}
+                  "mean_episode_length": float(algo.game_lengths.get_mean()),
+                  "episodes": self.episodes, "diverged_episodes": self.diverged}
         self.history.append(record)
         if self.progress:
+            diverged = f", {self.diverged} of {self.episodes} episodes so far diverged" if self.diverged else ""
             print(f"epoch {epoch_num}: mean episode reward {record['mean_episode_reward']:.2f}, "
-                  f"length {record['mean_episode_length']:.1f} ({frame} frames, {total_time:.0f} s)", flush=True)
+                  f"length {record['mean_episode_length']:.1f} ({frame} frames, {total_time:.0f} s){diverged}",
+                  file=self.stream or sys.stdout, flush=True)
+
+
+class _Discard(io.TextIOBase):
+    """A text stream that drops what is written to it."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+
+def rl_games_quiet() -> contextlib.AbstractContextManager:
+    """Silence rl-games' own prints (network summaries, per-epoch fps, checkpoint notices) inside the block.
+
+    Our progress lines go to a stream captured before the block. ``NERD_VERBOSE_RL=1`` keeps rl-games' prints.
+    """
+    if os.environ.get("NERD_VERBOSE_RL", "0") == "1":
+        return contextlib.nullcontext()
+    return contextlib.redirect_stdout(_Discard())
 
 
 def _seed_everything(seed: int) -> None:
@@ -78,10 +115,15 @@ def _seed_everything(seed: int) -> None:
 
 
 def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: int = 0,
-                 max_epochs: int | None = None, progress: bool = True) -> dict[str, Any]:
+                 max_epochs: int | None = None, progress: bool = True, overwrite: bool = False) -> dict[str, Any]:
     """Train a PPO policy on ``cfg``'s task; returns a summary (checkpoint paths, per-epoch rewards, time).
 
-    ``logdir`` must not hold another run (the caller checks ``--overwrite``).
+    A previous run in ``logdir`` is refused unless ``overwrite``, and replaced only once the new run has
+    started (:func:`nerd.run_dir.new_run_dir`). rl-games' own prints are silenced (``NERD_VERBOSE_RL=1`` keeps
+    them); with ``progress``, one line per epoch is printed instead.
+
+    Raises:
+        RolloutDivergedError: If every training episode ended in a non-finite NeRD state (the run is kept).
     """
     from rl_games.torch_runner import Runner  # imported late: it changes torch's global print options
 
@@ -90,29 +132,34 @@ def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: i
     params = resolve_params(cfg, device, seed, logdir, max_epochs)
     if params["config"].get("max_epochs", -1) < 1 and params["config"].get("max_frames", -1) < 1:
         raise UserError("set --max-epochs (or params.config.max_epochs) so that training ends")
-    logdir.mkdir(parents=True, exist_ok=True)
-    resolved = {"env": to_dict(cfg.env), "params": params}
-    write_run_record(logdir, resolved)
-
-    register_with_rl_games()
-    _seed_everything(seed)
-    observer = ProgressObserver(progress)
-    runner = Runner(algo_observer=observer)
-    runner.load({"params": params})
-    # The agent is built directly rather than through Runner.run(), which would torch.compile the model
-    # (minutes of compilation on a CPU) and gives no handle on the agent for the final save.
-    agent = runner.algo_factory.create(runner.algo_name, base_name="run", params=runner.params)
-    agent.writer.add_text("config", "```\n" + yaml.safe_dump(resolved, sort_keys=False) + "\n```")
-    started = time.perf_counter()
-    agent.train()
-    last = logdir / "nn" / "last"
-    agent.save(str(last))
-    agent.writer.flush()
+    stream = sys.stdout
+    with new_run_dir(logdir, RUN_DIR_ENTRIES, overwrite, "nn/*.pth"):
+        resolved = {"env": to_dict(cfg.env), "params": params}
+        write_run_record(logdir, resolved)
+        register_with_rl_games()
+        _seed_everything(seed)
+        observer = ProgressObserver(progress, stream)
+        with rl_games_quiet():
+            runner = Runner(algo_observer=observer)
+            runner.load({"params": params})
+            # The agent is built directly rather than through Runner.run(), which would torch.compile the model
+            # (minutes of compilation on a CPU) and gives no handle on the agent for the final save.
+            agent = runner.algo_factory.create(runner.algo_name, base_name="run", params=runner.params)
+            agent.writer.add_text("config", "```\n" + yaml.safe_dump(resolved, sort_keys=False) + "\n```")
+            started = time.perf_counter()
+            agent.train()
+            last = logdir / "nn" / "last"
+            agent.save(str(last))
+            agent.writer.flush()
     best = logdir / "nn" / f"{params['config']['name']}.pth"
     summary = {"logdir": str(logdir), "last_checkpoint": str(last) + ".pth",
                "best_checkpoint": str(best) if best.is_file() else None,
-               "train_seconds": time.perf_counter() - started, "epochs": observer.history}
+               "train_seconds": time.perf_counter() - started, "episodes": observer.episodes,
+               "diverged_episodes": observer.diverged, "epochs": observer.history}
     write_text_atomic(logdir / "train_summary.json", json.dumps(summary, indent=2))
+    if observer.episodes and observer.diverged == observer.episodes:
+        raise RolloutDivergedError(f"every one of the {observer.episodes} training episodes diverged (non-finite "
+                                   f"NeRD states), so the policy in {logdir} learned nothing; check the NeRD model")
     return summary
 
 
@@ -168,11 +215,12 @@ def load_policy(cfg: RLConfig, checkpoint: str | Path, env_info: dict, device: s
     # The player never updates the policy: one minibatch keeps any env count valid.
     config["minibatch_size"] = cfg.env.num_envs * config["horizon_length"]
     params = resolve_params(cfg, device, seed=0)
-    runner = Runner()
-    runner.load({"params": params})
-    # With env_info given, the player builds its network without creating an env of its own.
-    runner.params["config"]["env_info"] = env_info
-    player = runner.create_player()
+    with rl_games_quiet():
+        runner = Runner()
+        runner.load({"params": params})
+        # With env_info given, the player builds its network without creating an env of its own.
+        runner.params["config"]["env_info"] = env_info
+        player = runner.create_player()
     try:
         player.model.load_state_dict(state["model"])
     except RuntimeError as err:
@@ -193,9 +241,13 @@ def evaluate_policy(vec_env: NeRDVecEnv, act: Callable[[torch.Tensor], torch.Ten
 
     Returns:
         ``episode_rewards`` and ``episode_lengths`` (lists, one per episode), their means and (population)
-        standard deviations, ``num_games``; for diagnostics, ``reward_terms`` (each of the task's reward terms
-        summed over an episode, mean over episodes) and ``observation_mean``/``observation_std`` (over every
-        observation the policy acted on).
+        standard deviations, ``num_games`` and ``num_diverged``, the episodes ended by a non-finite NeRD state
+        (their reward stops there, so they pull the mean down: report them next to it); for diagnostics,
+        ``reward_terms`` (each of the task's reward terms summed over an episode, mean over episodes) and
+        ``observation_mean``/``observation_std`` (over every observation the policy acted on).
+
+    Raises:
+        RolloutDivergedError: If every episode diverged (the reward would be a meaningless 0 ± 0).
     """
     if num_games < 1:
         raise UserError(f"--num-games must be positive, got {num_games}")
@@ -203,6 +255,7 @@ def evaluate_policy(vec_env: NeRDVecEnv, act: Callable[[torch.Tensor], torch.Ten
         vec_env.seed(seed)
     returns: list[float] = []
     lengths: list[int] = []
+    num_diverged = 0
     term_sums: dict[str, float] = {}
     obs_sum = obs_sq = obs_count = 0
     n = vec_env.num_envs
@@ -213,6 +266,7 @@ def evaluate_policy(vec_env: NeRDVecEnv, act: Callable[[torch.Tensor], torch.Ten
         length = torch.zeros(n, dtype=torch.long, device=vec_env.device)
         terms: dict[str, torch.Tensor] = {}
         active = torch.zeros(n, dtype=torch.bool, device=vec_env.device)
+        diverged = torch.zeros(n, dtype=torch.bool, device=vec_env.device)
         active[:take] = True
         while bool(active.any()):
             live = obs[active].double()
@@ -221,17 +275,22 @@ def evaluate_policy(vec_env: NeRDVecEnv, act: Callable[[torch.Tensor], torch.Ten
             for name, value in {"reward": rewards, **infos["reward_terms"]}.items():
                 terms[name] = terms.get(name, 0) + torch.where(active, value.double(), 0.0)
             length += active.long()
+            diverged |= active & infos["diverged"]
             active &= ~dones.bool()
         ret = terms.pop("reward")
         returns += ret[:take].tolist()
         lengths += length[:take].tolist()
+        num_diverged += int(diverged[:take].sum())
         for name, value in terms.items():
             term_sums[name] = term_sums.get(name, 0.0) + float(value[:take].sum())
+    if num_diverged == len(returns):
+        raise RolloutDivergedError(f"all {num_diverged} episodes diverged (non-finite NeRD states); the NeRD model "
+                                   "cannot simulate this policy, so there is no reward to report")
     r, ln = np.asarray(returns), np.asarray(lengths, dtype=np.float64)
     obs_mean = obs_sum / obs_count
     obs_std = (obs_sq / obs_count - obs_mean**2).clamp(min=0).sqrt()
-    return {"num_games": len(returns), "mean_reward": float(r.mean()), "std_reward": float(r.std()),
-            "mean_length": float(ln.mean()), "std_length": float(ln.std()),
+    return {"num_games": len(returns), "num_diverged": num_diverged, "mean_reward": float(r.mean()),
+            "std_reward": float(r.std()), "mean_length": float(ln.mean()), "std_length": float(ln.std()),
             "reward_terms": {name: total / len(returns) for name, total in term_sums.items()},
             "observation_mean": obs_mean.tolist(), "observation_std": obs_std.tolist(),
             "episode_rewards": returns, "episode_lengths": lengths}
@@ -293,7 +352,9 @@ def show_policy(cfg: RLConfig, checkpoint: str | Path, device: str = "cpu", seed
 
 
 def format_playback(result: dict[str, Any]) -> str:
-    """One line: mean ± std episode reward and length."""
+    """One line: mean ± std episode reward and length, and how many episodes diverged (neural mode)."""
+    diverged = (f"; {result['num_diverged']} of {result['num_games']} episodes diverged"
+                if result["env_mode"] == NEURAL or result["num_diverged"] else "")
     return (f"{result['robot']} {result['task']} ({result['env_mode']}), {result['num_games']} episodes: "
             f"reward {result['mean_reward']:.2f} ± {result['std_reward']:.2f}, "
-            f"length {result['mean_length']:.1f} ± {result['std_length']:.1f}")
+            f"length {result['mean_length']:.1f} ± {result['std_length']:.1f}{diverged}")

@@ -7,7 +7,7 @@ Example:
 """
 
 
-from nerd.cli import add_common_args, check_output, make_parser, resolve_device, run_main
+from nerd.cli import add_common_args, check_json_output, make_parser, resolve_device, run_main
 from nerd.config import load_config
 from nerd.rl.batch_eval import PolicyEvalConfig, batch_evaluate, format_markdown, write_table
 
@@ -24,9 +24,7 @@ def main(argv: list[str] | None = None) -> None:
 
     device = resolve_device(args.device)
     cfg = load_config(args.eval_cfg, PolicyEvalConfig, args.cfg_overrides)
-    output = check_output(args.output, args.overwrite) if args.output else None
-    if output is not None:
-        check_output(output.with_suffix(".md"), args.overwrite)
+    output = check_json_output(args.output, args.overwrite, ".md")[0] if args.output else None
     table = batch_evaluate(cfg, device)
     print(format_markdown(table))
     if output is not None:

@@ -13,12 +13,10 @@ Example:
 With --viewer or --video the script shows one rollout (ground truth blue, NeRD orange) instead of evaluating.
 """
 
-from pathlib import Path
-
 from nerd.cli import (
     add_common_args,
     add_mass_matrix_refresh_arg,
-    check_output,
+    check_json_output,
     make_parser,
     resolve_device,
     run_main,
@@ -65,10 +63,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{shown['frames']} frames in {shown['seconds']:.1f} s{wrote}")
         return
 
-    output = check_output(args.output, args.overwrite) if args.output else None
-    if output is not None and len(args.contact_config or [None]) == 1:
-        check_output(Path(output).with_suffix(".png"), args.overwrite)
     configs = args.contact_config or [None]
+    output, png = None, None
+    if args.output:
+        output, png = check_json_output(args.output, args.overwrite, ".png" if len(configs) == 1 else None)
     runs = [
         evaluate_passive(args.env_name, args.model_path, args.env_mode, args.num_envs, args.num_rollouts,
                          args.rollout_horizon, args.seed, config, resolve_device(args.device),
@@ -81,8 +79,8 @@ def main(argv: list[str] | None = None) -> None:
         print(format_config_table(runs))
     if output:
         results = runs[0] if len(runs) == 1 else {"contact_configs": {str(r["contact_config"]): r for r in runs}}
-        write_results(results, output, Path(output).with_suffix(".png") if len(runs) == 1 else None)
-        print(f"wrote {output}" + (f" and {Path(output).with_suffix('.png')}" if len(runs) == 1 else ""))
+        write_results(results, output, png)
+        print(f"wrote {output}" + (f" and {png}" if png else ""))
 
 
 def cli() -> None:

@@ -12,7 +12,7 @@ Example:
 import json
 from pathlib import Path
 
-from nerd.cli import add_common_args, check_output, make_parser, resolve_device, run_main
+from nerd.cli import add_common_args, check_json_output, make_parser, resolve_device, run_main
 from nerd.envs.environment import CONTACT_FRICTION
 from nerd.errors import UserError
 from nerd.rl.release_policies import ANT_TASKS, format_report, play_release_policy, policy_path
@@ -39,9 +39,7 @@ def main(argv: list[str] | None = None) -> None:
     device = resolve_device(args.device)
     if args.num_games < 1 or args.num_envs < 1:
         raise UserError("--num-games and --num-envs must be positive")
-    output = check_output(args.output, args.overwrite) if args.output else None
-    if output is not None:
-        check_output(output.with_suffix(".md"), args.overwrite)
+    output = check_json_output(args.output, args.overwrite, ".md")[0] if args.output else None
     paths = {task: policy_path(args.release_dir, task) for task in args.tasks}
     for path in paths.values():
         if not path.is_file():

@@ -6,8 +6,9 @@ Examples:
     # train in NeRD (spec §9: policies are trained in the neural simulator only)
     python eval/run_rl.py --rl-cfg cfg/rl/Cartpole/swingup_cpu.yaml --env-mode neural \
         --nerd-model-path runs/Cartpole_cpu/nn/best.pt --seed 0 --logdir runs/rl/cartpole_neural_0
-    # evaluate that policy in the ground truth: mean ± std episode reward and length over 2048 episodes
-    python eval/run_rl.py --rl-cfg cfg/rl/Cartpole/swingup_cpu.yaml --env-mode ground-truth \
+    # evaluate that policy in the ground truth: mean ± std episode reward and length over 2048 episodes (the
+    # run's own config.yaml is found beside its checkpoint)
+    python eval/run_rl.py --env-mode ground-truth \
         --playback runs/rl/cartpole_neural_0/nn/last.pth --num-games 2048 --num-envs 2048
     # watch one episode of it in the ground truth (blue) and in NeRD (orange), recorded off-screen
     python eval/run_rl.py --rl-cfg cfg/rl/Cartpole/swingup_cpu.yaml \
@@ -22,16 +23,18 @@ from pathlib import Path
 from nerd.cli import add_common_args, add_overrides_arg, check_output, make_parser, resolve_device, run_main
 from nerd.errors import UserError
 from nerd.modes import ENV_MODES
-from nerd.rl.config import load_rl_config, with_num_envs
+from nerd.rl.config import load_rl_config, run_config_of, with_num_envs
 from nerd.rl.runner import RUN_DIR_ENTRIES, format_playback, play_policy, show_policy, train_policy
-from nerd.run_dir import clear_run_dir, write_text_atomic
+from nerd.run_dir import check_run_dir, write_text_atomic
 from nerd.viewer import add_viewer_args, check_viewer_args, viewing_requested
 
 
 def main(argv: list[str] | None = None) -> None:
     """Parse ``argv`` (default: the command line) and run."""
     parser = make_parser(__doc__)
-    parser.add_argument("--rl-cfg", required=True, help="RL config, e.g. cfg/rl/Cartpole/swingup.yaml")
+    parser.add_argument("--rl-cfg", default=None,
+                        help="RL config, e.g. cfg/rl/Cartpole/swingup.yaml (with --playback, default: the "
+                             "config.yaml of the checkpoint's run, beside the checkpoint or one folder up)")
     parser.add_argument("--env-mode", choices=ENV_MODES, default=None,
                         help="simulator (default: the config's env.env_mode)")
     parser.add_argument("--nerd-model-path", default=None, help="NeRD checkpoint (neural mode)")
@@ -47,7 +50,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     device = resolve_device(args.device)
-    cfg = load_rl_config(args.rl_cfg, args.cfg_overrides)
+    if args.rl_cfg is None and args.playback is None:
+        raise UserError("--rl-cfg is required to train (only --playback can find its run's config)")
+    cfg = load_rl_config(args.rl_cfg or run_config_of(args.playback), args.cfg_overrides)
     if args.env_mode is not None:
         cfg.env.env_mode = args.env_mode
     if args.nerd_model_path is not None:
@@ -78,13 +83,13 @@ def main(argv: list[str] | None = None) -> None:
         cfg = with_num_envs(cfg, args.num_envs)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     logdir = Path(args.logdir or f"runs/rl/{cfg.env.robot}__{cfg.env.task}__{cfg.env.env_mode}__{args.seed}__{stamp}")
-    if logdir.exists() and any(logdir.iterdir()):
-        check_output(logdir, args.overwrite)
-        clear_run_dir(logdir, RUN_DIR_ENTRIES)
-    summary = train_policy(cfg, logdir, device, args.seed, args.max_epochs)
+    check_run_dir(logdir, RUN_DIR_ENTRIES, args.overwrite)
+    summary = train_policy(cfg, logdir, device, args.seed, args.max_epochs, overwrite=args.overwrite)
     final = summary["epochs"][-1] if summary["epochs"] else None
+    diverged = summary["diverged_episodes"]
     print(f"trained in {summary['train_seconds']:.0f} s"
           + (f"; epoch {final['epoch']}: mean episode reward {final['mean_episode_reward']:.2f}" if final else "")
+          + (f"; {diverged} of {summary['episodes']} episodes diverged" if diverged else "")
           + f"\nfinal policy: {summary['last_checkpoint']}"
           + (f"\nbest policy (by training reward): {summary['best_checkpoint']}" if summary["best_checkpoint"] else ""))
 

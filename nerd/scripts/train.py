@@ -1,41 +1,65 @@
-"""Train a NeRD model on a generated dataset.
+r"""Train a NeRD model on a generated dataset.
 
 Installed as ``nerd-train``; ``python train/train.py`` runs the same.
 
-Example:
+Examples:
     python train/train.py --cfg cfg/train/Cartpole/cpu.yaml --logdir runs/Cartpole_cpu
+    # continue that run where it stopped (its own config; overrides may change the schedule, not the model)
+    python train/train.py --logdir runs/Cartpole_cpu --resume --cfg-overrides num_epochs=40
+    # fine-tune it on other data: a new run starting from its weights and normalisation
+    python train/train.py --cfg cfg/train/Cartpole/cpu.yaml --logdir runs/Cartpole_ft \
+        --init-from runs/Cartpole_cpu/nn/best.pt --train-dataset data/Cartpole/new.hdf5
 """
 
+import argparse
+from pathlib import Path
 
-from nerd.cli import add_common_args, add_overrides_arg, check_output, make_parser, resolve_device, run_main
+from nerd.cli import add_common_args, add_overrides_arg, make_parser, resolve_device, run_main
 from nerd.config import load_config
-from nerd.run_dir import clear_run_dir
+from nerd.errors import UserError
+from nerd.run_dir import check_run_dir
 from nerd.training import RUN_DIR_ENTRIES, TrainConfig, train
 
 
 def main(argv: list[str] | None = None) -> None:
     """Parse ``argv`` (default: the command line) and run."""
     parser = make_parser(__doc__)
-    parser.add_argument("--cfg", required=True, help="training config (YAML)")
+    parser.add_argument("--cfg", default=None, help="training config (YAML); with --resume, default: the run's own")
     parser.add_argument("--logdir", required=True, help="run directory (checkpoints, TensorBoard, config)")
-    parser.add_argument("--checkpoint", default=None, help="resume this run, or fine-tune it on a new dataset")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --logdir from its nn/last.pt (optimiser, epoch, best.pt)")
+    parser.add_argument("--init-from", default=None, metavar="CHECKPOINT",
+                        help="start a new run from this checkpoint's weights and normalisation (fine-tuning)")
+    parser.add_argument("--checkpoint", default=None, help=argparse.SUPPRESS)  # removed: a clear error below
     parser.add_argument("--train-dataset", default=None, help="overrides dataset.train")
     parser.add_argument("--valid-dataset", default=None, help="overrides dataset.valid")
     add_overrides_arg(parser, "num_epochs=2 model.transformer.n_layer=4")
     add_common_args(parser)
     args = parser.parse_args(argv)
 
+    if args.checkpoint is not None:
+        raise UserError("--checkpoint is gone: use --resume to continue the run in --logdir, or --init-from "
+                        "CHECKPOINT to start a new run from a model's weights")
+    if args.resume and args.init_from:
+        raise UserError("--resume continues the run in --logdir, --init-from starts a new one: pick one")
+    if args.resume and args.overwrite:
+        raise UserError("--resume continues the run in --logdir, --overwrite would replace it: pick one")
+    device = resolve_device(args.device)
+    if not args.resume:
+        check_run_dir(args.logdir, RUN_DIR_ENTRIES, args.overwrite)
+    cfg_path = args.cfg
+    if cfg_path is None:
+        if not args.resume:
+            raise UserError("--cfg is required (only --resume can take the run's own config)")
+        cfg_path = Path(args.logdir) / "config.yaml"
     overrides = list(args.cfg_overrides)
     if args.train_dataset:
         overrides.append(f"dataset.train={args.train_dataset}")
     if args.valid_dataset:
         overrides.append(f"dataset.valid={args.valid_dataset}")
-    cfg = load_config(args.cfg, TrainConfig, overrides)
-    if args.checkpoint is None:
-        check_output(f"{args.logdir}/nn/last.pt", args.overwrite)
-        # A new run never mixes with an old one's checkpoints or TensorBoard events.
-        clear_run_dir(args.logdir, RUN_DIR_ENTRIES)
-    summary = train(cfg, args.logdir, device=resolve_device(args.device), seed=args.seed, checkpoint=args.checkpoint)
+    cfg = load_config(cfg_path, TrainConfig, overrides)
+    summary = train(cfg, args.logdir, device=device, seed=args.seed, resume=args.resume, init_from=args.init_from,
+                    overwrite=args.overwrite)
     print(f"best checkpoint by {summary['best_checkpoint_by']} ({summary['best_score']:.5g}) "
           f"-> {summary['best_checkpoint']}; "
           f"best validation loss {summary['best_valid_loss']:.5g} "

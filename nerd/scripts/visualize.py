@@ -8,8 +8,9 @@ Example:
 
 from pathlib import Path
 
-from nerd.cli import make_parser, run_main
+from nerd.cli import check_output, make_parser, run_main
 from nerd.datasets.summary import format_summary, plot_dataset, summarize_dataset
+from nerd.errors import UserError
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -17,10 +18,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = make_parser(__doc__)
     parser.add_argument("--dataset", required=True, help="HDF5 file written by generate_dataset.py")
     parser.add_argument("--png", default=None, help="plot path (default: next to the dataset, .png)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing plot")
     args = parser.parse_args(argv)
+    png = Path(args.png) if args.png else Path(args.dataset).with_suffix(".png")
+    if png.suffix.lower() != ".png" or png.resolve() == Path(args.dataset).resolve():
+        raise UserError(f"--png {png}: give a .png path other than the dataset's")
+    check_output(png, args.overwrite)
     print(format_summary(summarize_dataset(args.dataset)))
-    png = plot_dataset(args.dataset, args.png or Path(args.dataset).with_suffix(".png"))
-    print(f"wrote {png}")
+    print(f"wrote {plot_dataset(args.dataset, png)}")
 
 
 

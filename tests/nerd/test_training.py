@@ -1,13 +1,15 @@
 """Checkpoints, training, resuming and passive evaluation on tiny generated data."""
 
 import dataclasses
+import shutil
 
 import pytest
 import torch
 
 from nerd.checkpoint import load_checkpoint, save_checkpoint
-from nerd.config import from_dict
+from nerd.config import ConfigError, from_dict
 from nerd.envs import make_env
+from nerd.errors import UserError
 from nerd.evaluation import evaluate_passive
 from nerd.features import signature_of_env
 from nerd.generation import GenerationConfig, generate_dataset
@@ -80,15 +82,87 @@ def test_wrong_robot_or_corrupt_checkpoint_is_refused(pendulum_run, tmp_path):
 
 
 def test_resume_continues_from_the_next_epoch(pendulum_run, tmp_path):
-    """--checkpoint on the same training file restores the optimiser and continues at the next epoch."""
+    """--resume restores the optimiser and continues the run in its own directory at the next epoch."""
     root, cfg, _ = pendulum_run
+    shutil.copytree(root / "logs", tmp_path / "run")
     cfg = dataclasses.replace(cfg, num_epochs=3)
-    summary = train(cfg, tmp_path / "resumed", seed=0, checkpoint=root / "logs/nn/last.pt", progress=False)
+    summary = train(cfg, tmp_path / "run", seed=0, resume=True, progress=False)
     assert [e["epoch"] for e in summary["epochs"]] == [2]
-    # The best checkpoint so far travels with the resumed run and is replaced only by a better one.
+    # The best checkpoint so far is replaced only by a better one.
     previous_best = pendulum_run[2]["best_score"]
-    _, _, best = load_checkpoint(tmp_path / "resumed/nn/best.pt")
+    _, _, best = load_checkpoint(tmp_path / "run/nn/best.pt")
     assert best["extra"]["best_score"] == pytest.approx(min(previous_best, rollout_score(summary["epochs"][0])))
+
+
+def test_resume_refuses_a_changed_model_history_or_training_file(pendulum_run, tmp_path):
+    """Resuming with other model sizes, history_length or training file is refused, naming what changed."""
+    root, cfg, _ = pendulum_run
+    shutil.copytree(root / "logs", tmp_path / "run")
+    before = (tmp_path / "run/nn/last.pt").read_bytes()
+    bigger = dataclasses.replace(cfg.model, transformer=dataclasses.replace(cfg.model.transformer, n_layer=2))
+    other_data = dataclasses.replace(cfg.dataset, train=cfg.dataset.valid)
+    for changed, message in ((dataclasses.replace(cfg, model=bigger), r"model.transformer.n_layer 1 -> 2"),
+                             (dataclasses.replace(cfg, history_length=5), "history_length 10 -> 5"),
+                             (dataclasses.replace(cfg, dataset=other_data), "dataset.train")):
+        with pytest.raises(ConfigError, match=message):
+            train(changed, tmp_path / "run", seed=0, resume=True, progress=False)
+    assert (tmp_path / "run/nn/last.pt").read_bytes() == before
+    with pytest.raises(FileNotFoundError, match="nothing to resume"):
+        train(cfg, tmp_path / "empty", seed=0, resume=True, progress=False)
+
+
+def test_resume_refuses_a_damaged_best_checkpoint(pendulum_run, tmp_path):
+    """A corrupt best.pt beside the run's last.pt is one error naming the file, before anything is written."""
+    root, cfg, _ = pendulum_run
+    shutil.copytree(root / "logs", tmp_path / "run")
+    (tmp_path / "run/nn/best.pt").write_bytes(b"\x00" * 100)
+    with pytest.raises(UserError, match=r"best.pt is not a loadable nerd checkpoint"):
+        train(dataclasses.replace(cfg, num_epochs=3), tmp_path / "run", seed=0, resume=True, progress=False)
+
+
+def test_init_from_starts_a_new_run_and_never_replaces_one(pendulum_run, tmp_path):
+    """--init-from A into a directory holding a run is refused without --overwrite; into a fresh one it starts at
+    epoch 0 from A's weights; a model config that differs from A's is refused."""
+    root, cfg, _ = pendulum_run
+    shutil.copytree(root / "logs", tmp_path / "b")
+    before = {p: p.read_bytes() for p in (tmp_path / "b").rglob("*") if p.is_file()}
+    with pytest.raises(FileExistsError, match="holds a run; pass --overwrite"):
+        train(cfg, tmp_path / "b", seed=0, init_from=root / "logs/nn/last.pt", progress=False)
+    assert {p: p.read_bytes() for p in (tmp_path / "b").rglob("*") if p.is_file()} == before
+    wider = dataclasses.replace(cfg.model, transformer=dataclasses.replace(cfg.model.transformer, n_embd=32))
+    with pytest.raises(ConfigError, match="n_embd 16 -> 32"):
+        train(dataclasses.replace(cfg, model=wider), tmp_path / "c", seed=0, init_from=root / "logs/nn/last.pt",
+              progress=False)
+    assert not (tmp_path / "c").exists()
+    summary = train(dataclasses.replace(cfg, num_epochs=1), tmp_path / "c", seed=0,
+                    init_from=root / "logs/nn/last.pt", progress=False)
+    assert [e["epoch"] for e in summary["epochs"]] == [0]
+    # Fine-tuning starts from the trained weights: its first epoch beats an untrained model's validation loss (~1).
+    assert summary["epochs"][0]["valid_loss"] < 0.8
+
+
+def test_overwrite_keeps_the_old_run_until_the_new_one_has_started(pendulum_run, tmp_path, monkeypatch):
+    """--overwrite with a bad dataset path, or a start that fails before the first checkpoint, leaves the old run
+    as it was, and a failed start in a new directory leaves no directory holding only config.yaml."""
+    import nerd.training as training
+
+    root, cfg, _ = pendulum_run
+    shutil.copytree(root / "logs", tmp_path / "b")
+    before = {p: p.read_bytes() for p in (tmp_path / "b").rglob("*") if p.is_file()}
+    typo = dataclasses.replace(cfg, dataset=dataclasses.replace(cfg.dataset, train=str(root / "trian.hdf5")))
+    with pytest.raises(UserError, match="dataset not found.*trian.hdf5"):
+        train(typo, tmp_path / "b", seed=0, overwrite=True, progress=False)
+    assert {p: p.read_bytes() for p in (tmp_path / "b").rglob("*") if p.is_file()} == before
+
+    def failing_epoch(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(training, "_train_epoch", failing_epoch)
+    for logdir in (tmp_path / "b", tmp_path / "new"):
+        with pytest.raises(KeyboardInterrupt):
+            train(cfg, logdir, seed=0, overwrite=True, progress=False)
+    assert {p: p.read_bytes() for p in (tmp_path / "b").rglob("*") if p.is_file()} == before
+    assert not (tmp_path / "new").exists()
 
 
 def rollout_score(epoch: dict) -> float:

@@ -6,15 +6,17 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from nerd.checkpoint import save_checkpoint
-from nerd.config import load_config
+from nerd.config import ConfigError, load_config
 from nerd.envs import make_env
 from nerd.features import signature_of_env
 from nerd.models.nerd_model import NeRDModel
 from nerd.rl.batch_eval import PolicyEvalConfig
-from nerd.rl.config import load_rl_config, resolve_params
+from nerd.rl.config import RL_GAMES_CONFIG_KEYS, load_rl_config, resolve_params
+from nerd.rl.runner import evaluate_policy, format_playback
 from nerd.rl.tasks import task_class
 from tests.nerd.test_integrator import TINY
 from tests.scripts.test_entry_points import REPO, error_lines, run_script
@@ -151,3 +153,97 @@ def test_playback_viewer_shows_ground_truth_and_nerd(trained_policy, tiny_nerd_m
                                 "--cfg-overrides", "env.episode_length=12", monkeypatch=monkeypatch, capsys=capsys)
     assert code == 0, err
     assert "episode reward: ground truth" in out and ", NeRD" in out and "13 frames in" in out
+
+
+def test_playback_finds_the_run_config_beside_the_checkpoint(trained_policy, monkeypatch, capsys):
+    """--playback without --rl-cfg reads the run's config.yaml; rl-games' own prints stay off stdout."""
+    code, out, err = run_script("eval/run_rl.py", "--env-mode", "ground-truth", "--playback",
+                                str(trained_policy / "nn" / "last.pth"), "--num-games", "2", "--num-envs", "2",
+                                monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 0, err
+    assert out.splitlines() == [line for line in out.splitlines() if line.startswith("Cartpole swingup")], out
+    assert "2 episodes: reward" in out
+    code, _, err = run_script("eval/run_rl.py", "--playback", str(REPO / "README.md"), monkeypatch=monkeypatch,
+                              capsys=capsys)
+    assert code == 1 and "no config.yaml beside" in error_lines(err)[0]
+
+
+@pytest.fixture(scope="module")
+def nan_nerd_model(tmp_path_factory) -> str:
+    """A tiny Cartpole NeRD checkpoint whose output layer is NaN: every neural step diverges."""
+    sig = signature_of_env(make_env("Cartpole", 1))
+    model = NeRDModel(sig.input_groups, sig.target_dim, TINY)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(float("nan"))
+    path = tmp_path_factory.mktemp("nan") / "nan.pt"
+    save_checkpoint(path, model, sig, {"history_length": 10}, history_length=10)
+    return str(path)
+
+
+def test_all_diverged_playback_and_training_fail_and_partial_divergence_is_counted(
+        trained_policy, nan_nerd_model, tmp_path, monkeypatch, capsys):
+    """A NaN NeRD model: playback and training exit 1 saying every episode diverged (not "reward 0.00 ± 0.00");
+    an evaluation where some episodes diverge reports how many."""
+    code, out, err = run_script("eval/run_rl.py", "--env-mode", "neural", "--nerd-model-path", nan_nerd_model,
+                                "--playback", str(trained_policy / "nn" / "last.pth"), "--num-games", "3",
+                                monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 1 and "all 3 episodes diverged" in error_lines(err)[0] and "reward" not in out
+    code, out, err = run_script("eval/run_rl.py", "--rl-cfg", CARTPOLE_CFG, "--env-mode", "neural",
+                                "--nerd-model-path", nan_nerd_model, "--max-epochs", "1", "--logdir",
+                                str(tmp_path / "run"), *TINY_PPO, monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 1 and "training episodes diverged" in error_lines(err)[0], err[-1000:]
+    # Our one line per epoch (which counts the divergences), none of rl-games' own prints.
+    assert out and all(line.startswith("epoch ") and "diverged" in line for line in out.splitlines()), out
+
+    class HalfDiverging:
+        """Two envs; env 0's episode diverges at its first step, env 1's times out after 2 steps."""
+
+        num_envs, device = 2, "cpu"
+
+        def seed(self, seed):
+            self.t = 0
+
+        def reset(self):
+            self.t = 0
+            return torch.zeros(2, 1)
+
+        def step(self, actions):
+            self.t += 1
+            diverged = torch.tensor([self.t == 1, False])
+            dones = torch.tensor([self.t == 1, self.t == 2], dtype=torch.uint8)
+            return torch.zeros(2, 1), torch.ones(2), dones, {"diverged": diverged, "reward_terms": {}}
+
+    result = evaluate_policy(HalfDiverging(), lambda obs: obs, num_games=4, seed=0)
+    assert result["num_diverged"] == 2 and result["episode_lengths"] == [1, 2, 1, 2]
+    text = format_playback({"robot": "Cartpole", "task": "swingup", "env_mode": "neural", **result})
+    assert text.endswith("2 of 4 episodes diverged")
+
+
+def test_rl_training_overwrite_keeps_the_old_run_when_inputs_are_bad(trained_policy, monkeypatch, capsys):
+    """--overwrite with a missing NeRD model fails before the old run is touched."""
+    before = {p: p.stat().st_mtime_ns for p in trained_policy.rglob("*") if p.is_file()}
+    code, _, err = run_script("eval/run_rl.py", "--rl-cfg", CARTPOLE_CFG, "--env-mode", "neural",
+                              "--nerd-model-path", "missing.pt", "--logdir", str(trained_policy), "--overwrite",
+                              *TINY_PPO, monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 1 and "NeRD model not found" in error_lines(err)[0]
+    assert {p: p.stat().st_mtime_ns for p in trained_policy.rglob("*") if p.is_file()} == before
+
+
+def test_unknown_rl_games_config_keys_are_refused():
+    """A misspelt params.config key is an error with a suggestion; unknown top-level params keys too."""
+    with pytest.raises(ConfigError, match=r"'params.config.learnign_rate'.*did you mean 'learning_rate'"):
+        load_rl_config(CARTPOLE_CFG, ["params.config.learnign_rate=1e-3"])
+    with pytest.raises(ConfigError, match=r"unknown config key 'params.netwrok'"):
+        load_rl_config(CARTPOLE_CFG, ["params.netwrok={}"])
+
+
+def test_known_rl_games_config_keys_cover_what_the_installed_rl_games_reads():
+    """Every key rl-games' source reads from a config mapping is in RL_GAMES_CONFIG_KEYS (upgrade guard)."""
+    import re
+
+    import rl_games
+
+    pattern = re.compile(r"config(?:\[|\.get\()['\"]([A-Za-z_0-9]+)['\"]")
+    read = {key for path in Path(rl_games.__file__).parent.rglob("*.py") for key in pattern.findall(path.read_text())}
+    assert read and read <= RL_GAMES_CONFIG_KEYS, sorted(read - RL_GAMES_CONFIG_KEYS)

@@ -1,0 +1,102 @@
+"""Every command in the README's bash blocks runs as written, at a reduced size, in the order it is written.
+
+The commands are read from README.md itself, so a new or changed command is tested without editing this file.
+Only the sizes change: the flags in ``SIZES`` get small values and ``EXTRA`` appends tiny-run settings per script.
+Commands that cannot run in a test (``NOT_RUN``) must still appear in the README exactly as listed here.
+"""
+
+import importlib.util
+import re
+import shlex
+
+import pytest
+
+from tests.scripts.test_entry_points import REPO, run_script
+
+# Flag -> reduced value, wherever the flag appears.
+SIZES = {"--num-transitions": "2000", "--num-envs": "8", "--num-rollouts": "4", "--rollout-horizon": "5",
+         "--num-games": "4"}
+# Script -> arguments appended (argparse keeps the last value of a flag); RL training also stops after an epoch.
+EXTRA = {
+    "train/train.py": ["--cfg-overrides", "num_epochs=1", "batches_per_epoch=5", "batch_size=32", "valid_batches=2",
+                       "rollout_eval.num_envs=2", "rollout_eval.horizon=5", "model.transformer.n_layer=1",
+                       "model.transformer.n_embd=16"],
+    "eval/run_rl.py": ["--cfg-overrides", "params.config.mini_epochs=2", "env.episode_length=10"],
+    "eval/batch_eval_policy.py": ["--cfg-overrides", "num_games=4", "num_envs=4", "episode_length=10"],
+}
+NOT_RUN = {
+    "make test": "runs this suite",
+    "make demo": "a 2048-rollout evaluation (the Makefile's own)",
+    "tensorboard --logdir runs": "a server",
+    "python eval/eval_passive_motion.py --env-name Cartpole "
+    "--model-path pretrained_models/NeRD_models/Cartpole/model.pt --rollout-horizon 1000 --viewer gl": "a window",
+}
+NEEDS_MODULE = {"--viewer usd": "pxr"}  # run where the optional module is installed
+
+
+def readme_commands(text: str) -> list[str]:
+    """The commands of the README's ```bash blocks: continuation lines joined, comments dropped, ``for VAR in
+    A B C; do ... done`` loops unrolled."""
+    commands: list[str] = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        lines = [line.split(" #")[0].rstrip() for line in block.replace("\\\n", " ").splitlines()]
+        lines = [" ".join(line.split()) for line in lines if line.strip() and not line.lstrip().startswith("#")]
+        i = 0
+        while i < len(lines):
+            loop = re.fullmatch(r"for (\w+) in (.+); do", lines[i])
+            if loop:
+                end = lines.index("done", i)
+                for value in loop.group(2).split():
+                    commands += [line.replace(f"${loop.group(1)}", value) for line in lines[i + 1: end]]
+                i = end + 1
+            else:
+                commands.append(lines[i])
+                i += 1
+    return commands
+
+
+def reduced(argv: list[str]) -> list[str]:
+    """``argv`` (script and arguments) with the sizes of ``SIZES`` and the tiny-run settings of ``EXTRA``."""
+    argv = [SIZES[argv[i - 1]] if i and argv[i - 1] in SIZES else arg for i, arg in enumerate(argv)]
+    extra = list(EXTRA.get(argv[0], []))
+    if argv[0] == "eval/run_rl.py" and "--playback" not in argv:
+        extra += ["--max-epochs", "1"] + ([] if "--num-envs" in argv else ["--num-envs", "8"])
+    return argv + extra
+
+
+def test_readme_lists_every_skipped_command():
+    """Each command this test does not run is in the README as written here (the list cannot drift)."""
+    commands = readme_commands((REPO / "README.md").read_text())
+    assert set(NOT_RUN) <= set(commands), set(NOT_RUN) - set(commands)
+    assert all(c in NOT_RUN or c.startswith("python ") for c in commands), commands
+
+
+def test_every_readme_command_runs(tmp_path, monkeypatch, capsys):
+    """The README's commands, in order, from a directory holding the repository's cfg/ and pretrained_models/."""
+    for name in ("cfg", "pretrained_models"):
+        (tmp_path / name).symlink_to(REPO / name)
+    monkeypatch.chdir(tmp_path)
+    ran = []
+    for command in readme_commands((REPO / "README.md").read_text()):
+        if command in NOT_RUN:
+            continue
+        missing = [m for flag, m in NEEDS_MODULE.items() if flag in command and importlib.util.find_spec(m) is None]
+        if missing:
+            continue
+        argv = reduced(shlex.split(command)[1:])
+        code, out, err = run_script(argv[0], *argv[1:], monkeypatch=monkeypatch, capsys=capsys)
+        assert code == 0, f"{command}\n{err[-2000:]}"
+        ran.append(argv[0])
+    # The pipeline ran end to end: data, a model, its evaluation, three policies and their table.
+    assert (tmp_path / "runs/Cartpole_cpu/nn/best.pt").is_file()
+    assert (tmp_path / "out/cp.json").is_file() and (tmp_path / "out/cartpole_table.md").is_file()
+    assert ran.count("eval/run_rl.py") >= 4 and "generate/visualize_dataset.py" in ran
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("```bash\npython a.py --x 1 \\\n    --y 2  # note\n# comment\n```", ["python a.py --x 1 --y 2"]),
+    ("```bash\nfor s in 0 1; do\n  python a.py --seed $s\ndone\n```", ["python a.py --seed 0", "python a.py --seed 1"]),
+])
+def test_readme_commands_are_parsed_like_bash(text, expected):
+    """Continuations, comments and for-loops are read the way bash reads them."""
+    assert readme_commands(text) == expected
