@@ -43,6 +43,14 @@ REPORT_HORIZONS = (100, 500, 1000)
 1000 Cartpole)."""
 
 
+def initial_state_sampler(env, initial_states: str):
+    """The sampler ``(n, generator) -> (n, state_dim)`` that :data:`INITIAL_STATES` name ``initial_states`` means
+    for ``env``: its data-generation sampler (``"data"``) or its task reset (``"task"``)."""
+    if initial_states not in INITIAL_STATES:
+        raise UserError(f"--initial-states must be one of {', '.join(INITIAL_STATES)}, got '{initial_states}'")
+    return env.sample_initial_states if initial_states == "data" else env.sample_reset_states
+
+
 def state_errors(gt: torch.Tensor, pred: torch.Tensor, env) -> dict[str, torch.Tensor]:
     """Per-step errors between two rollouts.
 
@@ -110,8 +118,6 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
     """
     if num_envs < 1 or num_rollouts < 1 or horizon < 1:
         raise UserError("--num-envs, --num-rollouts and --rollout-horizon must be positive")
-    if initial_states not in INITIAL_STATES:
-        raise UserError(f"--initial-states must be one of {', '.join(INITIAL_STATES)}, got '{initial_states}'")
     if env_mode == NEURAL and model_path is None:
         raise UserError("--env-mode neural needs --model-path")
     num_envs = min(num_envs, num_rollouts)
@@ -125,7 +131,7 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
                  device, "lower --num-envs, --num-rollouts or --rollout-horizon")
     env = make_env(env_name, num_envs, device=device, contact_config=contact_config,
                    mass_matrix_refresh=mass_matrix_refresh)
-    sample = env.sample_initial_states if initial_states == "data" else env.sample_reset_states
+    sample = initial_state_sampler(env, initial_states)
     nenv = (NeuralEnvironment.from_checkpoint(env, model_path, env_mode=GROUND_TRUTH) if model_path
             else NeuralEnvironment(env, None, env_mode=GROUND_TRUTH))
     generator = torch.Generator().manual_seed(seed)

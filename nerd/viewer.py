@@ -355,26 +355,24 @@ def show_passive(env_name: str, model_path: str | None, env_mode: str, horizon: 
     video_size, progress).
     """
     from nerd.envs import make_env
-    from nerd.evaluation import INITIAL_STATES
+    from nerd.evaluation import initial_state_sampler
     from nerd.neural_environment import NeuralEnvironment
 
     if env_mode == NEURAL and model_path is None:
         raise UserError("--env-mode neural needs --model-path")
-    if initial_states not in INITIAL_STATES:
-        raise UserError(f"--initial-states must be one of {', '.join(INITIAL_STATES)}, got '{initial_states}'")
 
     def build():
         return make_env(env_name, 1, device=device, contact_config=contact_config,
                         mass_matrix_refresh=mass_matrix_refresh)
 
     ground_truth = NeuralEnvironment(build(), None, env_mode=GROUND_TRUTH)
+    robot = ground_truth.env
+    sample = initial_state_sampler(robot, initial_states)
     sims, colors, labels = [ground_truth], [GROUND_TRUTH_COLOR], ["ground truth"]
     if env_mode == NEURAL:
         sims.append(NeuralEnvironment.from_checkpoint(build(), model_path, env_mode=NEURAL))
         colors.append(NERD_COLOR)
         labels.append("NeRD")
-    robot = ground_truth.env
-    sample = robot.sample_initial_states if initial_states == "data" else robot.sample_reset_states
     initial = sample(1, torch.Generator().manual_seed(seed))
     for sim in sims:
         sim.reset(states=initial)
