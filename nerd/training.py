@@ -21,10 +21,10 @@ from nerd.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
 from nerd.config import ConfigError, check_range, to_dict
 from nerd.datasets.windows import TrajectoryWindows
 from nerd.errors import RolloutDivergedError, UserError
-from nerd.frames import wrap_angle
 from nerd.models import ModelConfig
 from nerd.models.nerd_model import NeRDModel
 from nerd.modes import NEURAL
+from nerd.representation import compute_target, states_to_anchor_frame
 from nerd.run_dir import check_run_dir, new_run_dir, write_run_record, write_text_atomic
 
 RUN_DIR_ENTRIES = ("nn", "config.yaml", "git.yaml", "summary.yaml")
@@ -118,6 +118,9 @@ class TrainConfig:
         check_range("time_budget_minutes", self.time_budget_minutes, low=0, low_open=True)
         check_range("rollout_eval.num_envs", self.rollout_eval.num_envs, low=0)
         check_range("rollout_eval.horizon", self.rollout_eval.horizon, low=1)
+        if self.unroll_steps > self.history_length:
+            raise ConfigError(f"config key 'unroll_steps': unroll_steps must lie in [1, history_length = "
+                              f"{self.history_length}], got {self.unroll_steps}")
         # Checked when the config loads, not clamped later: a history the model cannot see is a config error.
         block_size = self.model.transformer.block_size
         if self.model.type == "transformer" and self.history_length > block_size:
@@ -158,27 +161,17 @@ def unroll_window(model: NeRDModel, inputs: dict[str, torch.Tensor], target: tor
     only: there a state input is the state itself (continuous joints wrapped) and a target its plain difference.
     """
     true_states = inputs["states"]
-    states = true_states.clone()
+    states = true_states
     horizon = states.shape[1]
-    wrap = list(layout.continuous_q_indices)
     for p in range(horizon - steps, horizon - 1):
         prefix = {name: x[:, : p + 1] for name, x in inputs.items()}
         prediction = model.target_norm.denormalize(model({**prefix, "states": states[:, : p + 1]})[:, p])
-        next_state = states[:, p] + prediction
-        if wrap:
-            next_state = _wrap_columns(next_state, wrap)
+        # The input of a world-frame robot is its state with continuous joints wrapped.
+        next_state = states_to_anchor_frame(states[:, p] + prediction, None, layout)
         states = torch.cat([states[:, : p + 1], next_state[:, None], states[:, p + 2 :]], dim=1)
-    offset = states - true_states
-    if wrap:
-        offset = _wrap_columns(offset, wrap)
+    # The drift of each input from the data, wrapped where continuous: exactly a relative target.
+    offset = compute_target(true_states, states, None, layout)
     return {**inputs, "states": states}, target - offset
-
-
-def _wrap_columns(x: torch.Tensor, columns: list[int]) -> torch.Tensor:
-    """``x`` with ``columns`` of the last axis wrapped into [-pi, pi), differentiably (no in-place writes)."""
-    mask = torch.zeros(x.shape[-1], dtype=torch.bool, device=x.device)
-    mask[columns] = True
-    return torch.where(mask, wrap_angle(x), x)
 
 
 def get_lr(step: int, total_steps: int, lr_start: float, lr_end: float) -> float:
@@ -224,8 +217,6 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
             raise UserError(
                 f"the {name} dataset is for {data.signature.env_name}, but the config trains {cfg.env_name}")
     valid_data.signature.check_compatible(sig, what="validation dataset")
-    if cfg.unroll_steps < 1 or cfg.unroll_steps > cfg.history_length:
-        raise UserError(f"unroll_steps must lie in [1, history_length = {cfg.history_length}], got {cfg.unroll_steps}")
     if cfg.unroll_steps > 1 and (sig.states_frame != "world" or sig.floating_base):
         raise UserError(f"unroll_steps > 1 supports world-frame robots without a floating base; "
                         f"{sig.env_name} is not one")
