@@ -20,7 +20,15 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from nerd.cli import add_common_args, add_mass_matrix_refresh_arg, check_json_output, check_output, make_parser, resolve_device, run_main
+from nerd.cli import (
+    add_common_args,
+    add_mass_matrix_refresh_arg,
+    check_json_output,
+    check_output,
+    make_parser,
+    resolve_device,
+    run_main,
+)
 from nerd.envs import ENV_NAMES, make_env
 from nerd.evaluation import INITIAL_STATES, REPORT_HORIZONS, initial_state_sampler, state_errors
 from nerd.run_dir import write_text_atomic
