@@ -74,6 +74,8 @@ def state_errors(gt: torch.Tensor, pred: torch.Tensor, env) -> dict[str, torch.T
             errors[name] = (pred[..., :3] - gt[..., :3]).norm(dim=-1)
         elif kind == "orientation":
             errors[name] = quat_angle(quat_mul(gt[..., 3:7], quat_inverse(pred[..., 3:7])))
+        elif kind == "end_effector":
+            errors[name] = (env.end_effector_position(pred) - env.end_effector_position(gt)).norm(dim=-1)
         else:
             raise ValueError(f"unknown passive metric kind '{kind}' for {name}")
     return errors
@@ -173,7 +175,8 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
     spread = {name: torch.cat(chunks, dim=1).std(dim=1, correction=0) for name, chunks in trajectory_means.items()}
     steps = batches * num_envs * horizon
     names = env.state_names()
-    units = {name: {"position": "m", "orientation": "rad"}.get(kind) or names[indices[0]].partition("[")[2].rstrip("]")
+    metric_units = {"position": "m", "orientation": "rad", "end_effector": "m"}
+    units = {name: metric_units.get(kind) or names[indices[0]].partition("[")[2].rstrip("]")
              for name, (kind, indices) in env.passive_metrics.items()}
     return {
         "env_name": env_name,

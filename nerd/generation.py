@@ -126,7 +126,9 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
         "state_names": env.state_names(), "joint_act_names": env.joint_act_names(),
     }
     buffers = {name: torch.empty(T, n, *shape, device=env.torch_device) for name, shape in field_shapes.items()}
-    gravity = torch.tensor([0.0, 0.0, -1.0], device=env.torch_device).expand(n, 3)
+    # Unit gravity direction, zero for a robot simulated without gravity (Franka).
+    gravity = torch.tensor([0.0, 0.0, math.copysign(1.0, env.gravity) if env.gravity else 0.0],
+                           device=env.torch_device).expand(n, 3)
     writer = TrajectoryWriter(path, field_shapes, T, attrs, compression=cfg.compression)
     kept = dropped = 0
     start = time.perf_counter()
