@@ -4,7 +4,8 @@ Layering: this package sits on the engine (Newton/Warp), :mod:`nerd.frames` and 
 rest of ``nerd`` (features, integrator, neural environment, generation, training, RL) builds on it, never the
 other way round.
 ``environment.py`` is the shared base (N copies, captured frame graph, state/torque tensors) with its
-fixed-size ground contacts (``contacts.py``) as a component; every other module describes one robot.
+fixed-size ground contacts (``contacts.py``) as a component and the shared joint controllers (``control.py``);
+every other module describes one robot.
 """
 
 from __future__ import annotations

@@ -28,7 +28,8 @@ Controls (robots.md §2.3, once per frame from the start-of-frame state, ``contr
 * ``"position"``: joint-position PD towards target = q + 0.03125·a,
   τ = clamp(Kp·(target − q) − Kd·q̇, ±[87×4, 12×3]) = clamp(Kp·0.03125·a − Kd·q̇, ...); actions are not clamped
   (the RL vec env clamps them to [−1, 1], as rl-games did); two frames per policy action (``control_steps``),
-  the target recomputed from the current q each frame.
+  the target recomputed from the current q each frame. The PD law itself is the one ANYmal uses
+  (:func:`nerd.envs.control.joint_pd_torques`).
 
 Distributions: data generation (the release's ``sample`` mode) draws q ~ U[−10, 10] wrapped to [−π, π),
 q̇ ~ U[−π, π] and i.i.d. torques U[±[100×4, 20×3]] every frame; the RL reset is the default pose ± 0.125 rad
@@ -43,6 +44,7 @@ import newton
 import torch
 import warp as wp
 
+from nerd.envs.control import joint_pd_torques
 from nerd.envs.environment import Environment, uniform
 from nerd.errors import UserError
 from nerd.frames import quat_from_axis_angle, quat_mul, quat_rotate, wrap_angle
@@ -92,7 +94,7 @@ PD_ACTION_SCALE = 0.03125  # [rad] target offset per unit action
 PD_KP = (600.0, 600.0, 600.0, 600.0, 250.0, 150.0, 50.0)  # [N·m/rad]
 PD_KD = (5.0, 5.0, 5.0, 5.0, 3.0, 2.5, 1.5)  # [N·m·s/rad]
 CONTROL_MODES = ("torque", "position")
-"""Controllers of :class:`Franka`: joint torque, or the release's joint-position PD."""
+"""Controllers of :class:`Franka`: joint torque (the default), or the release's joint-position PD."""
 CONTROL_STEPS = {"torque": 1, "position": 2}
 """Frames per policy action in RL tasks, per control mode (the release's ``control_steps``)."""
 # Data generation (spec §8, the release's ``sample`` mode).
@@ -152,7 +154,8 @@ class Franka(Environment):
 
     def __init__(self, num_envs: int, device: str = "cpu", solver: str | None = None, use_graph: bool = True,
                  mass_matrix_refresh: str | None = None, contact_friction: str | None = None,
-                 control_mode: str = "torque"):
+                 control_mode: str | None = None):
+        control_mode = control_mode or CONTROL_MODES[0]
         if control_mode not in CONTROL_MODES:
             raise UserError(f"unknown control mode '{control_mode}' for Franka; valid: {', '.join(CONTROL_MODES)}")
         self.control_mode = control_mode
@@ -188,9 +191,9 @@ class Franka(Environment):
         if self.control_mode == "torque":
             return actions.clamp(-1.0, 1.0) * self._torque_limits
         self.synchronize()
-        # Kp·(target − q) with target = q + scale·a: the current q cancels.
-        torques = self._kp * (PD_ACTION_SCALE * actions) - self._kd * self._joint_qd
-        return torch.maximum(torch.minimum(torques, self._torque_limits), -self._torque_limits)
+        q = self._joint_q
+        return joint_pd_torques(q + PD_ACTION_SCALE * actions, q, self._joint_qd, self._kp, self._kd,
+                                self._torque_limits)
 
     def end_effector_position(self, states: torch.Tensor) -> torch.Tensor:
         """End-effector positions (..., 3) [m], world frame, of states (..., 14) (:func:`end_effector_position`)."""
