@@ -4,7 +4,8 @@ Each batch resets all N envs to states drawn by the robot's sampler (spec §8), 
 with white-noise torques (or none with ``passive``), and appends the batch's finite trajectories to the HDF5
 file. Robots whose data goes through a controller (``random_control = "actions"``, ANYmal's PD law) instead draw
 random actions and controller parameters every frame; the file then holds the actions and the torques the
-controller produced (``joint_acts``); ``passive`` gives them zero actions at the controller's default gains. Trajectories that contain NaN/inf or a coordinate beyond 1e5 are dropped and counted.
+controller produced (``joint_acts``); ``passive`` gives them zero actions at the controller's default gains.
+Trajectories that contain NaN/inf or a coordinate beyond 1e5 are dropped and counted.
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ class GenerationConfig:
     """Ground-contact friction law, ``"coulomb"`` or ``"huber"``; None for the robot's default (coulomb)."""
     robot_variant: str | None = None
     """Model variant of robots with several (Anymal: ``"physical"``, ``"release"``); None for the default."""
+    control_mode: str | None = None
+    """Controller of robots with several (Anymal, Franka); it matters for ``random_control = "actions"`` robots
+    only (the others' data bypasses the controller); None for the robot's default."""
     compression: str | None = "lzf"
     """HDF5 compression filter: ``"lzf"`` (about half the size, a few % slower), ``"gzip"`` or None."""
 
@@ -120,7 +124,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
                f"a dataset of {num_trajectories * T:,} transitions", Path(path).parent, "lower --num-transitions")
     env = make_env(cfg.env_name, num_envs, device=device, solver=cfg.solver, contact_config=cfg.contact_config,
                    mass_matrix_refresh=cfg.mass_matrix_refresh, contact_friction=cfg.contact_friction,
-                   robot_variant=cfg.robot_variant)
+                   robot_variant=cfg.robot_variant, control_mode=cfg.control_mode)
     random_planes = cfg.contact_config is None and hasattr(env, "sample_ground_planes")
     generator = torch.Generator().manual_seed(cfg.seed)
     # The robot signature is what a model trained on the file is checked against; it is written from one place.
@@ -135,7 +139,9 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
         "state_names": env.state_names(), "joint_act_names": env.joint_act_names(),
     }
     buffers = {name: torch.empty(T, n, *shape, device=env.torch_device) for name, shape in field_shapes.items()}
-    gravity = torch.tensor([0.0, 0.0, -1.0], device=env.torch_device).expand(n, 3)
+    # Unit gravity direction, zero for a robot simulated without gravity (Franka).
+    gravity = torch.tensor([0.0, 0.0, math.copysign(1.0, env.gravity) if env.gravity else 0.0],
+                           device=env.torch_device).expand(n, 3)
     writer = TrajectoryWriter(path, field_shapes, T, attrs, compression=cfg.compression)
     kept = dropped = 0
     start = time.perf_counter()

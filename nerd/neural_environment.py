@@ -38,6 +38,8 @@ class NeuralEnvironment:
         self.env = env
         """The wrapped robot environment."""
         self.name, self.num_envs, self.frame_dt = env.name, env.num_envs, env.frame_dt
+        self.control_steps = env.control_steps
+        """Frames per policy action in RL tasks (the robot's control mode's)."""
         self.torch_device = env.torch_device
         self.signature = signature_of_env(env)
         self.integrator: NeRDIntegrator | None = None

@@ -81,6 +81,12 @@ class Environment:
     """Duration of one frame [s]; one NeRD prediction covers one frame."""
     sim_substeps: ClassVar[int] = 1
     """Solver steps per frame; torques are held constant over them."""
+    gravity: ClassVar[float] = -9.81
+    """Gravity along world z [m/s^2] (Franka: 0, as in the release)."""
+    control_modes: ClassVar[tuple[str, ...]] = ()
+    """Controllers a robot offers (its constructor's ``control_mode``); empty for robots with a single one."""
+    control_steps: int = 1
+    """Frames per policy action in RL tasks (the release's ``control_steps``; Franka's PD control: 2)."""
     states_frame: ClassVar[str] = "world"
     """Frame of the model's state inputs: ``"world"`` or ``"body"`` (robot-centric, spec §5)."""
     continuous_q_indices: ClassVar[tuple[int, ...]] = ()
@@ -104,7 +110,7 @@ class Environment:
     passive_metrics: ClassVar[dict[str, tuple[str, tuple[int, ...]]]] = {}
     """Passive-motion metrics (spec §9): name -> (kind, joint_q indices). Kinds: ``"abs"`` mean |dq| over the
     indices (wrapped for continuous joints), ``"position"`` base position distance, ``"orientation"`` base
-    rotation angle."""
+    rotation angle, ``"end_effector"`` distance between the :meth:`end_effector_position` of the two states."""
 
     def __init__(self, num_envs: int, device: str = "cpu", solver: str | None = None, use_graph: bool = True,
                  mass_matrix_refresh: str | None = None, contact_friction: str | None = None):
@@ -129,11 +135,11 @@ class Environment:
         self.use_graph = use_graph
         self.sim_dt = self.frame_dt / self.sim_substeps
 
-        robot = newton.ModelBuilder(up_axis=newton.Axis.Z, gravity=(0.0, 0.0, -9.81))
+        robot = newton.ModelBuilder(up_axis=newton.Axis.Z, gravity=(0.0, 0.0, self.gravity))
         self.build_robot(robot)
         self.bodies_per_env = robot.body_count
         self.shapes_per_env = robot.shape_count
-        builder = newton.ModelBuilder(up_axis=newton.Axis.Z, gravity=(0.0, 0.0, -9.81))
+        builder = newton.ModelBuilder(up_axis=newton.Axis.Z, gravity=(0.0, 0.0, self.gravity))
         # Separate worlds: copies never collide with each other.
         builder.replicate(robot, num_envs)
         self.model = builder.finalize(device=self.device)
@@ -199,6 +205,11 @@ class Environment:
         Defaults to the data-generation sampler; robots whose tasks reset differently override it.
         """
         return self.sample_initial_states(n, generator)
+
+    def end_effector_position(self, states: torch.Tensor) -> torch.Tensor:
+        """World position (..., 3) [m] of the robot's end effector in states (..., dof_q + dof_qd), by forward
+        kinematics; only robots with an end effector (Franka) implement it."""
+        raise UserError(f"{self.name} has no end effector")
 
     @property
     def action_dim(self) -> int:

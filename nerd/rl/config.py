@@ -61,7 +61,7 @@ class RLEnvConfig:
     robot: str
     """Robot name, e.g. ``Cartpole`` or ``Ant``."""
     task: str
-    """Task name for that robot (``nerd.rl.tasks.TASKS``): ``swingup``; ``run``, ``spin``, ``spin_track``."""
+    """Task name for that robot (``nerd.rl.tasks.TASKS``): ``swingup``; ``run``, ``spin``, ``spin_track``; ``reach``."""
     num_envs: int = 2048
     """Parallel envs N (rl-games' ``num_actors``)."""
     env_mode: EnvMode = NEURAL
@@ -78,6 +78,10 @@ class RLEnvConfig:
     """Ground-contact friction law, ``"coulomb"`` or ``"huber"``; None for the robot's default (coulomb)."""
     robot_variant: str | None = None
     """Model variant of robots with several (Anymal: ``"physical"``, ``"release"``); None for the default."""
+    control_mode: str | None = None
+    """Controller of robots that offer several (Franka: ``"torque"`` or ``"position"``, the joint-position PD,
+    which also holds each action for 2 frames; Anymal: ``"position"`` or ``"torque"``); None for the robot's
+    default."""
 
 
 @dataclass

@@ -87,9 +87,14 @@ class NeRDVecEnv(IVecEnv):
         return self.observations()
 
     def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict]:
-        """Apply actions (N, A) in [-1, 1] for one frame; done envs are reset (see the module docstring)."""
+        """Apply actions (N, A) in [-1, 1] for the robot's ``control_steps`` frames (1 for most); done envs are
+        reset (see the module docstring)."""
         actions = torch.as_tensor(actions, dtype=torch.float32, device=self.device).clamp(-1.0, 1.0)
         self.nenv.step(actions)
+        for _ in range(self.nenv.control_steps - 1):
+            # A controller that reads the state (PD) turns a diverged neural state into NaN torques, which the
+            # simulator refuses; that env's episode ends below anyway, so it gets zero torques meanwhile.
+            self.nenv.step_with_joint_act(torch.nan_to_num(self.nenv.compute_torques(actions), 0.0, 0.0, 0.0))
         states = self.nenv.get_states()
         self.progress += 1
         self.last_actions = actions
@@ -151,7 +156,7 @@ def make_vec_env(cfg: RLEnvConfig, device: str = "cpu", seed: int = 0) -> NeRDVe
     cls = check_env_config(cfg)
     env = make_env(cfg.robot, cfg.num_envs, device=device, solver=cfg.solver,
                    mass_matrix_refresh=cfg.mass_matrix_refresh, contact_friction=cfg.contact_friction,
-                   robot_variant=cfg.robot_variant)
+                   robot_variant=cfg.robot_variant, control_mode=cfg.control_mode)
     if cfg.env_mode == NEURAL:
         nenv = NeuralEnvironment.from_checkpoint(env, cfg.nerd_model_path, env_mode=NEURAL)
     else:

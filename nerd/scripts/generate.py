@@ -11,6 +11,7 @@ from pathlib import Path
 
 from nerd.cli import (
     add_common_args,
+    add_control_mode_arg,
     add_mass_matrix_refresh_arg,
     add_robot_variant_arg,
     check_output,
@@ -36,6 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--solver", default=None, help="ground-truth solver (default: featherstone)")
     add_mass_matrix_refresh_arg(parser)
     add_robot_variant_arg(parser)
+    add_control_mode_arg(parser)
     parser.add_argument("--compression", default="lzf", choices=["lzf", "gzip", "none"],
                         help="HDF5 compression")
     add_common_args(parser)
@@ -48,6 +50,7 @@ def main(argv: list[str] | None = None) -> None:
         env_name=args.env_name, num_transitions=args.num_transitions, trajectory_length=args.trajectory_length,
         num_envs=args.num_envs, seed=args.seed, passive=args.passive, contact_config=args.contact_config,
         solver=args.solver, mass_matrix_refresh=args.mass_matrix_refresh, robot_variant=args.robot_variant,
+        control_mode=args.control_mode,
         compression=None if args.compression == "none" else args.compression,
     )
     summary = generate_dataset(cfg, path, device=resolve_device(args.device))

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from nerd.cli import (
     add_common_args,
+    add_control_mode_arg,
     add_overrides_arg,
     add_robot_variant_arg,
     check_output,
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output", default=None, help="playback results JSON")
     parser.add_argument("--logdir", default=None, help="training run directory (default: runs/rl/<robot>__<task>__...)")
     add_robot_variant_arg(parser)
+    add_control_mode_arg(parser)
     add_overrides_arg(parser, "params.config.mini_epochs=4")
     add_common_args(parser)
     add_viewer_args(parser)
@@ -68,6 +70,8 @@ def main(argv: list[str] | None = None) -> None:
         cfg.env.nerd_model_path = args.nerd_model_path
     if args.robot_variant is not None:
         cfg.env.robot_variant = args.robot_variant
+    if args.control_mode is not None:
+        cfg.env.control_mode = args.control_mode
 
     if viewing_requested(args):
         check_viewer_args(args)

@@ -108,3 +108,23 @@ def test_neural_mode_without_a_model_is_refused():
     """Neural mode with no model path is a ValueError that says which flag to pass."""
     with pytest.raises(ValueError, match="--nerd-model-path"):
         make_vec_env(RLEnvConfig(robot="Cartpole", task="swingup", num_envs=1, env_mode="neural"))
+
+
+def test_franka_position_control_holds_each_action_for_two_frames():
+    """In the release's joint-position mode one RL step is 2 PD frames, the target recomputed from q each frame;
+    torque mode is one frame."""
+    from nerd.envs import make_env
+
+    actions = torch.tensor([[0.5, -1.0, 1.0, 0.2, -0.3, 1.0, -1.0]])
+    for mode, frames in (("position", 2), ("torque", 1)):
+        cfg = RLEnvConfig(robot="Franka", task="reach", num_envs=1, env_mode="ground-truth", control_mode=mode)
+        venv = make_vec_env(cfg)
+        venv.reset()
+        start = venv.nenv.get_states()
+        venv.step(actions)
+        reference = make_env("Franka", 1, control_mode=mode)
+        reference.set_states(start)
+        for _ in range(frames):
+            reference.step(actions)
+        torch.testing.assert_close(venv.nenv.get_states(), reference.get_states())
+        assert venv.progress.tolist() == [1]
