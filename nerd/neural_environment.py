@@ -82,7 +82,10 @@ class NeuralEnvironment:
     def step_with_joint_act(self, joint_acts: torch.Tensor) -> None:
         """Advance one frame with joint torques (N, act_dim), in the current mode."""
         env = self.env
-        env.apply_joint_act(joint_acts)
+        # In neural mode with its NaN check on, the integrator checks these torques in its own single host
+        # synchronisation (it reads them back from the control), so the environment does not check them too.
+        neural_checks = self.env_mode == NEURAL and self.integrator.check_nan
+        env.apply_joint_act(joint_acts, check_finite=not neural_checks)
         if self.env_mode == GROUND_TRUTH:
             if self.integrator is not None:
                 self.integrator.observe(env.state_0, env.control, env.contacts)

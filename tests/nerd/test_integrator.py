@@ -139,6 +139,21 @@ def test_non_finite_prediction_stops_the_rollout():
     torch.testing.assert_close(nenv.get_states(), before)
 
 
+def test_non_finite_torques_are_refused_in_neural_mode_by_the_integrators_check():
+    """With the integrator's NaN check on, the environment leaves the torque check to it (one host sync per
+    step): NaN torques still raise the environment's error and leave the state as it was."""
+    nenv = tiny_neural_env("Cartpole", 2)
+    nenv.reset(generator=torch.Generator().manual_seed(0))
+    before = nenv.get_states()
+    with pytest.raises(ValueError, match="NaN or inf"):
+        nenv.step(torch.tensor([[0.0], [float("nan")]]))
+    torch.testing.assert_close(nenv.get_states(), before)
+    nenv.integrator.set_nan_check(False)  # then the environment checks them itself
+    with pytest.raises(ValueError, match="NaN or inf"):
+        nenv.step(torch.tensor([[float("nan")], [0.0]]))
+    torch.testing.assert_close(nenv.get_states(), before)
+
+
 def test_same_robot_with_another_layout_is_refused():
     """A signature with the same robot name but another contact layout is refused, listing what differs."""
     import dataclasses
