@@ -52,6 +52,13 @@ def add_mass_matrix_refresh_arg(parser: argparse.ArgumentParser) -> None:
                              "setting, the default) or every 'substep' (Newton's default, more accurate)")
 
 
+def add_robot_variant_arg(parser: argparse.ArgumentParser) -> None:
+    """Add ``--robot-variant NAME``: the model variant of robots that define several (Anymal: physical, release)."""
+    parser.add_argument("--robot-variant", default=None,
+                        help="model variant of robots that have several: Anymal 'physical' (default: joints and "
+                             "bodies aligned) or 'release' (the release's scrambled mass matrix, robots.md §1.3)")
+
+
 def add_overrides_arg(parser: argparse.ArgumentParser, example: str) -> None:
     """Add ``--cfg-overrides KEY=VALUE ...`` (applied to the YAML before validation; ``example`` shows the form)."""
     parser.add_argument("--cfg-overrides", nargs="*", default=[], metavar="KEY=VALUE",
@@ -148,5 +155,5 @@ def run_main(main: Callable[[], None]) -> None:
         sys.exit(1)
 
 
-__all__ = ["HelpFormatter", "add_common_args", "add_mass_matrix_refresh_arg", "add_overrides_arg", "check_json_output",
-           "check_output", "make_parser", "resolve_device", "run_main"]
+__all__ = ["HelpFormatter", "add_common_args", "add_mass_matrix_refresh_arg", "add_overrides_arg",
+           "add_robot_variant_arg", "check_json_output", "check_output", "make_parser", "resolve_device", "run_main"]

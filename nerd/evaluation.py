@@ -100,12 +100,13 @@ def rollout(nenv: NeuralEnvironment, initial_states: torch.Tensor, horizon: int,
 def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_envs: int, num_rollouts: int,
                      horizon: int, seed: int, contact_config: int | None = None, device: str = "cpu",
                      progress: bool = True, initial_states: str = "data",
-                     mass_matrix_refresh: str | None = None) -> dict[str, Any]:
+                     mass_matrix_refresh: str | None = None, robot_variant: str | None = None) -> dict[str, Any]:
     """Passive-motion errors of ``env_mode`` against the ground truth over ``num_rollouts`` trajectories.
 
     Args:
         initial_states: One of :data:`INITIAL_STATES`: ``"data"`` (the release's protocol) or ``"task"``.
         mass_matrix_refresh: The ground truth's Featherstone mass-matrix refresh; None for the robot's default.
+        robot_variant: Model variant of robots with several (Anymal); None for the robot's default.
 
     Returns:
         A JSON-ready dict: settings, ``metrics`` (mean over all steps and trajectories), ``metrics_by_horizon``
@@ -125,12 +126,12 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
     # Lower bounds of what grows with the request (a one-env copy gives the state width), checked before any of
     # it is allocated: both simulators' rollouts of a batch, float32 and stacked once; per-trajectory means of at
     # least two metrics, float64.
-    state_dim = make_env(env_name, 1, contact_config=contact_config).state_dim
+    state_dim = make_env(env_name, 1, contact_config=contact_config, robot_variant=robot_variant).state_dim
     check_memory(3 * (horizon + 1) * num_envs * state_dim * 4 + 2 * len(horizons) * num_rollouts * 8,
                  f"evaluating {num_rollouts:,} rollouts of {horizon:,} steps in batches of {num_envs:,} envs",
                  device, "lower --num-envs, --num-rollouts or --rollout-horizon")
     env = make_env(env_name, num_envs, device=device, contact_config=contact_config,
-                   mass_matrix_refresh=mass_matrix_refresh)
+                   mass_matrix_refresh=mass_matrix_refresh, robot_variant=robot_variant)
     sample = initial_state_sampler(env, initial_states)
     nenv = (NeuralEnvironment.from_checkpoint(env, model_path, env_mode=GROUND_TRUTH) if model_path
             else NeuralEnvironment(env, None, env_mode=GROUND_TRUTH))
@@ -186,6 +187,7 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
         "initial_states": initial_states,
         "mass_matrix_refresh": env.mass_matrix_refresh,
         "contact_friction": env.contact_friction,
+        "robot_variant": env.robot_variant,
         "metrics": {name: float(v.mean()) for name, v in per_step.items() if name != "per_dof"},
         "metrics_by_horizon": {
             str(h): {name: float(v[:h].mean()) for name, v in per_step.items() if name != "per_dof"} for h in horizons

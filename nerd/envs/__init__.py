@@ -12,7 +12,7 @@ from __future__ import annotations
 from nerd.envs.environment import Environment
 from nerd.errors import UserError
 
-ENV_NAMES = ("Cartpole", "PendulumWithContact", "Ant")
+ENV_NAMES = ("Cartpole", "PendulumWithContact", "Ant", "Anymal")
 
 
 def env_class(name: str) -> type[Environment]:
@@ -24,6 +24,8 @@ def env_class(name: str) -> type[Environment]:
         from nerd.envs.pendulum import PendulumWithContact as cls
     elif name == "Ant":
         from nerd.envs.ant import Ant as cls
+    elif name == "Anymal":
+        from nerd.envs.anymal import Anymal as cls
     else:
         raise UserError(f"unknown env name '{name}'; valid names: {', '.join(ENV_NAMES)}")
     return cls
@@ -31,7 +33,7 @@ def env_class(name: str) -> type[Environment]:
 
 def make_env(name: str, num_envs: int, device: str = "cpu", solver: str | None = None, use_graph: bool = True,
              contact_config: int | None = None, mass_matrix_refresh: str | None = None,
-             contact_friction: str | None = None) -> Environment:
+             contact_friction: str | None = None, robot_variant: str | None = None) -> Environment:
     """Build robot ``name`` with ``num_envs`` copies and its fixed-size ground contacts.
 
     Args:
@@ -41,12 +43,20 @@ def make_env(name: str, num_envs: int, device: str = "cpu", solver: str | None =
             None keeps the robot's default (see :data:`nerd.envs.environment.MASS_MATRIX_REFRESH`).
         contact_friction: Ground-contact friction law, ``"coulomb"`` (Newton's) or ``"huber"`` (warp.sim's);
             None keeps the robot's default (see :data:`nerd.envs.environment.CONTACT_FRICTION`).
+        robot_variant: Variant of robots that define several (``Anymal``: ``"physical"`` or ``"release"``, see
+            :mod:`nerd.envs.anymal`); None keeps the robot's default. Any other robot refuses a variant.
     """
     cls = env_class(name)
     if contact_config is not None and not hasattr(cls, "ground_plane"):
         raise UserError(f"{name} has a single ground; --contact-config applies to PendulumWithContact only")
+    kwargs = {}
+    if robot_variant is not None:
+        if not cls.robot_variants:
+            raise UserError(f"{name} has a single variant; --robot-variant applies to "
+                            f"{', '.join(n for n in ENV_NAMES if env_class(n).robot_variants)} only")
+        kwargs["robot_variant"] = robot_variant
     env = cls(num_envs, device=device, solver=solver, use_graph=use_graph, mass_matrix_refresh=mass_matrix_refresh,
-              contact_friction=contact_friction)
+              contact_friction=contact_friction, **kwargs)
     if contact_config is not None:
         normal, point = cls.ground_plane(contact_config)
         env.set_ground_planes(normal.expand(num_envs, 3), point.expand(num_envs, 3))

@@ -92,6 +92,15 @@ class Environment:
     """Default of :data:`MASS_MATRIX_REFRESH` for this robot (the release's: once per frame)."""
     contact_friction: ClassVar[str] = "coulomb"
     """Default of :data:`CONTACT_FRICTION` for this robot."""
+    robot_variants: ClassVar[tuple[str, ...]] = ()
+    """Variants of the robot's model that a ``robot_variant`` argument chooses from, default first; empty for a
+    robot with one model (then :attr:`robot_variant` is ``""``)."""
+    robot_variant: str = ""
+    """The variant this env was built as (recorded in datasets' and checkpoints' robot signature)."""
+    random_control: ClassVar[str] = "torques"
+    """What data generation draws each frame: ``"torques"`` (:meth:`sample_random_torques`, white noise applied
+    directly) or ``"actions"`` (:meth:`sample_random_actions` through the robot's controller, after
+    :meth:`randomize_controller`; both the actions and the resulting torques are recorded)."""
     passive_metrics: ClassVar[dict[str, tuple[str, tuple[int, ...]]]] = {}
     """Passive-motion metrics (spec §9): name -> (kind, joint_q indices). Kinds: ``"abs"`` mean |dq| over the
     indices (wrapped for continuous joints), ``"position"`` base position distance, ``"orientation"`` base
@@ -175,6 +184,13 @@ class Environment:
     def sample_random_torques(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """White-noise joint torques (n, act_dim) for data generation (spec §8)."""
         raise NotImplementedError
+
+    def sample_random_actions(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """Random policy actions (n, action_dim) for data generation of ``random_control = "actions"`` robots."""
+        raise NotImplementedError
+
+    def randomize_controller(self, generator: torch.Generator) -> None:
+        """Data generation: draw the controller's random parameters (e.g. PD gains) for the next frame."""
 
     def sample_reset_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """The robot's task reset (RL episodes, passive evaluation from task states): (n, dof_q + dof_qd), world.
