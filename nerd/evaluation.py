@@ -100,13 +100,15 @@ def rollout(nenv: NeuralEnvironment, initial_states: torch.Tensor, horizon: int,
 def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_envs: int, num_rollouts: int,
                      horizon: int, seed: int, contact_config: int | None = None, device: str = "cpu",
                      progress: bool = True, initial_states: str = "data",
-                     mass_matrix_refresh: str | None = None, robot_variant: str | None = None) -> dict[str, Any]:
+                     mass_matrix_refresh: str | None = None, robot_variant: str | None = None,
+                     compile_model: bool = False) -> dict[str, Any]:
     """Passive-motion errors of ``env_mode`` against the ground truth over ``num_rollouts`` trajectories.
 
     Args:
         initial_states: One of :data:`INITIAL_STATES`: ``"data"`` (the release's protocol) or ``"task"``.
         mass_matrix_refresh: The ground truth's Featherstone mass-matrix refresh; None for the robot's default.
         robot_variant: Model variant of robots with several (Anymal); None for the robot's default.
+        compile_model: ``torch.compile`` the NeRD model's per-step prediction (see :class:`NeuralEnvironment`).
 
     Returns:
         A JSON-ready dict: settings, ``metrics`` (mean over all steps and trajectories), ``metrics_by_horizon``
@@ -133,7 +135,7 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
     env = make_env(env_name, num_envs, device=device, contact_config=contact_config,
                    mass_matrix_refresh=mass_matrix_refresh, robot_variant=robot_variant)
     sample = initial_state_sampler(env, initial_states)
-    nenv = (NeuralEnvironment.from_checkpoint(env, model_path, env_mode=GROUND_TRUTH) if model_path
+    nenv = (NeuralEnvironment.from_checkpoint(env, model_path, GROUND_TRUTH, compile_model) if model_path
             else NeuralEnvironment(env, None, env_mode=GROUND_TRUTH))
     generator = torch.Generator().manual_seed(seed)
     sums: dict[str, torch.Tensor] = {}

@@ -31,10 +31,12 @@ class NeuralEnvironment:
         nerd_model: A trained model for this robot, or None (ground-truth mode only).
         env_mode: Initial mode, ``"neural"`` or ``"ground-truth"``.
         history_length: NeRD history H the model was trained with.
+        compile_model: Run the per-step prediction through ``torch.compile`` (our option; on the project's CPU
+            it made the model ~20 % faster after about a minute of compilation, see docs/results.md).
     """
 
     def __init__(self, env: Environment, nerd_model: NeRDModel | None = None, env_mode: str = NEURAL,
-                 history_length: int = 10):
+                 history_length: int = 10, compile_model: bool = False):
         self.env = env
         """The wrapped robot environment."""
         self.name, self.num_envs, self.frame_dt = env.name, env.num_envs, env.frame_dt
@@ -46,16 +48,18 @@ class NeuralEnvironment:
             self.integrator = NeRDIntegrator(
                 env.model, nerd_model, self.signature, num_envs=env.num_envs, anchor_body=env.anchor_body,
                 act_dof_indices=env.act_dof_indices, frame_dt=env.frame_dt, history_length=history_length,
+                compile_model=compile_model,
             )
         self.env_mode = ""
         self.set_env_mode(env_mode)
 
     @classmethod
-    def from_checkpoint(cls, env: Environment, path: str | Path, env_mode: str = NEURAL) -> NeuralEnvironment:
+    def from_checkpoint(cls, env: Environment, path: str | Path, env_mode: str = NEURAL,
+                        compile_model: bool = False) -> NeuralEnvironment:
         """Load a NeRD checkpoint for ``env``; a checkpoint for another robot or layout is a ValueError."""
         nerd_model, signature, payload = load_checkpoint(path, device=env.torch_device)
         signature.check_compatible(signature_of_env(env))
-        return cls(env, nerd_model, env_mode, history_length=payload["history_length"])
+        return cls(env, nerd_model, env_mode, history_length=payload["history_length"], compile_model=compile_model)
 
     # ----------------------------------------------------------------------------------------------
     # mode

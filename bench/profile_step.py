@@ -1,0 +1,186 @@
+"""Where one neural step's time goes: a NeRDIntegrator step split into its stages, against the FLOP floor.
+
+Stages, each timed on its own on the same state (every one runs the integrator's own code):
+    features      current_inputs(): states, body poses, torques and contact features -> token groups
+    history       push_history(): normalise the token once and write it into the (N, H, D) history
+    model         the backbone on the history (the last block, norm, projection and head on the last position)
+    denormalise   the target statistics applied to the network output
+    integrate     integrate_target(): the relative target applied to the states (spec §6)
+    nan check     the step's one host synchronisation (torques and predictions finite)
+    state writes  joint_q / joint_qd written into the Newton state, then forward kinematics
+    contacts      the collision stage refreshed for the new state
+Their sum is compared with a whole ``NeuralEnvironment.step_with_joint_act`` (what an RL or evaluation loop
+calls). The model's FLOPs (torch's FlopCounterMode, matmuls and attention) and the machine's float32 matmul rate
+are measured in the same run, so the floor (FLOPs / rate) and the achieved share are comparable. The full
+forward (every position through every block, the previous path) and ``torch.compile`` are timed too.
+
+Timings: ``--repeats`` samples of at least ``--min-seconds`` each; best and median are reported (the machine may
+be shared; the best is the least disturbed sample). Torch runs ``--threads`` threads (default 1).
+
+Example:
+    python bench/profile_step.py                              # shipped Cartpole model, N = 2048
+    python bench/profile_step.py --env-name Ant --num-envs 512 --model-cfg cfg/train/Ant/cpu.yaml
+"""
+
+import argparse
+import json
+import os
+import platform
+from pathlib import Path
+
+import newton
+import torch
+
+from nerd.cli import resolve_device, run_main
+from nerd.config import load_config
+from nerd.envs import make_env
+from nerd.errors import UserError
+from nerd.features import signature_of_env
+from nerd.models.nerd_model import NeRDModel
+from nerd.modes import NEURAL
+from nerd.neural_environment import NeuralEnvironment
+from nerd.perf import count_flops, matmul_rate, time_call
+from nerd.representation import integrate_target
+from nerd.run_dir import write_text_atomic
+from nerd.training import TrainConfig
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED = {name: REPO / "pretrained_models" / "NeRD_models" / name / "model.pt"
+           for name in ("Cartpole", "PendulumWithContact")}
+
+
+def build(env_name: str, num_envs: int, model_path: str | None, model_cfg: str | None, device: str
+          ) -> tuple[NeuralEnvironment, str]:
+    """The neural environment to profile and a description of its model."""
+    env = make_env(env_name, num_envs, device=device)
+    if model_cfg:
+        sig = signature_of_env(env)
+        cfg = load_config(model_cfg, TrainConfig)
+        torch.manual_seed(0)
+        model = NeRDModel(sig.input_groups, sig.target_dim, cfg.model)
+        return NeuralEnvironment(env, model, NEURAL, cfg.history_length), f"randomly initialised, {model_cfg}"
+    path = model_path or SHIPPED.get(env_name)
+    if path is None:
+        raise UserError(f"{env_name} has no shipped model; pass --model-path or --model-cfg")
+    return NeuralEnvironment.from_checkpoint(env, path, NEURAL), str(Path(path).relative_to(REPO)
+                                                                    if Path(path).is_relative_to(REPO) else path)
+
+
+def profile(nenv: NeuralEnvironment, repeats: int, min_seconds: float, compile_model: bool) -> dict:
+    """Seconds per stage (best, median), the model's FLOPs per env-step and the matmul rate."""
+    env, integ = nenv.env, nenv.integrator
+    n, dof_q, device = nenv.num_envs, nenv.signature.dof_q, nenv.torch_device
+    model = integ.nerd_model
+    zero = torch.zeros(n, env.act_dim, device=device)
+    gen = torch.Generator().manual_seed(0)
+    nenv.reset(generator=gen)
+    for _ in range(integ.history_length + 2):  # full histories: the steady state of a rollout
+        nenv.step_with_joint_act(zero)
+
+    def run(fn):
+        return time_call(fn, repeats, min_seconds, device)
+
+    state, control, contacts = env.state_0, env.control, env.contacts
+    groups, anchor, states = integ.current_inputs(state, control, contacts)
+    tokens, last = integ._tokens, integ.history_count - 1
+    with torch.inference_mode():
+        raw = model.backbone.forward_last(tokens, last) if hasattr(model.backbone, "forward_last") else None
+        targets = integ.predict_targets()
+        next_states = integrate_target(states, targets, anchor, nenv.signature.layout)
+    out_q = env._joint_q
+    out_qd = env._joint_qd
+
+    def state_writes():
+        out_q.copy_(next_states[:, :dof_q])
+        out_qd.copy_(next_states[:, dof_q:])
+        env.sync_torch_writes()
+        newton.eval_fk(env.model, state.joint_q, state.joint_qd, state)
+
+    def nan_check():
+        return bool(torch.isfinite(next_states).all() & torch.isfinite(groups["joint_acts"]).all())
+
+    rate_before = matmul_rate(device, repeats=repeats)
+    stages = {}
+    with torch.inference_mode():
+        stages["features"] = run(lambda: integ.current_inputs(state, control, contacts))
+        stages["history"] = run(lambda: integ.push_history(groups))
+        if raw is not None:
+            stages["model"] = run(lambda: model.backbone.forward_last(tokens, last))
+            stages["denormalise"] = run(lambda: model.target_norm.denormalize(raw))
+        else:
+            stages["model + denormalise"] = run(integ.predict_targets)
+        stages["integrate"] = run(lambda: integrate_target(states, targets, anchor, nenv.signature.layout))
+        stages["nan check"] = run(nan_check)
+        stages["state writes"] = run(state_writes)
+        stages["contacts"] = run(env.refresh_contacts)
+        step = run(lambda: nenv.step_with_joint_act(zero))
+        full_forward = run(lambda: model.backbone(tokens))
+        flops_fast = count_flops(lambda: model.predict_last(tokens, last)) / n
+        flops_full = count_flops(lambda: model.backbone(tokens)) / n
+        compiled = None
+        if compile_model:
+            fast = torch.compile(model.predict_last, dynamic=False)
+            fast(tokens, last)  # compilation, not timed
+            compiled = run(lambda: fast(tokens, last))
+    rate_after = matmul_rate(device, repeats=repeats)
+    # The rate before and after the stages, the best of both: a disturbed sample does not flatter the share.
+    rate = {"best": max(rate_before["best"], rate_after["best"]),
+            "median": (rate_before["median"] + rate_after["median"]) / 2}
+    return {"stages_s": stages, "step_s": step, "full_forward_s": full_forward, "compiled_model_s": compiled,
+            "flops_per_env_step": flops_fast, "full_forward_flops_per_env_step": flops_full,
+            "matmul_flops_per_s": rate, "params": sum(p.numel() for p in model.parameters())}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env-name", default="Cartpole")
+    parser.add_argument("--num-envs", type=int, default=2048)
+    parser.add_argument("--model-path", default=None, help="NeRD checkpoint (default: the robot's shipped model)")
+    parser.add_argument("--model-cfg", default=None,
+                        help="time a randomly initialised model of this training config's size instead")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--min-seconds", type=float, default=0.3)
+    parser.add_argument("--compile", action="store_true", help="also time torch.compile of the model")
+    parser.add_argument("--output", default=None,
+                        help="results JSON (default: bench/results/profile_step_<env>_<N>.json)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    nenv, model_desc = build(args.env_name, args.num_envs, args.model_path, args.model_cfg, device)
+    result = profile(nenv, args.repeats, args.min_seconds, args.compile)
+    n = args.num_envs
+    result.update({"env_name": args.env_name, "num_envs": n, "model": model_desc, "device": device,
+                   "torch_threads": torch.get_num_threads(),
+                   "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"})
+    rate = result["matmul_flops_per_s"]
+    floor = rate["best"] / result["flops_per_env_step"]
+    result["floor_env_steps_per_s"] = floor
+    print(f"{args.env_name}, N = {n}, {model_desc}, {result['params']:,} parameters, "
+          f"{result['torch_threads']} torch thread(s), {device}")
+    print(f"matmul rate {rate['best'] / 1e9:.1f} GFLOP/s (best; median {rate['median'] / 1e9:.1f}); model "
+          f"{result['flops_per_env_step'] / 1e6:.3f} MFLOP per env-step (full forward "
+          f"{result['full_forward_flops_per_env_step'] / 1e6:.3f}); floor {floor:,.0f} env-steps/s\n")
+    print("| stage | ms per step (best) | median | share of the step |\n|---|---|---|---|")
+    total = result["step_s"]["best"]
+    for name, t in result["stages_s"].items():
+        print(f"| {name} | {1e3 * t['best']:.2f} | {1e3 * t['median']:.2f} | {100 * t['best'] / total:.0f} % |")
+    summed = sum(t["best"] for t in result["stages_s"].values())
+    print(f"| sum of stages | {1e3 * summed:.2f} | | {100 * summed / total:.0f} % |")
+    print(f"| whole step_with_joint_act | {1e3 * total:.2f} | {1e3 * result['step_s']['median']:.2f} | 100 % |")
+    model_s = result["stages_s"].get("model", result["stages_s"].get("model + denormalise"))["best"]
+    print(f"\nwhole step: {n / total:,.0f} env-steps/s = {100 * n / total / floor:.0f} % of the floor; "
+          f"the model alone {100 * n / model_s / floor:.0f} %")
+    print(f"full forward (every position, the previous path): {1e3 * result['full_forward_s']['best']:.2f} ms")
+    if result["compiled_model_s"]:
+        print(f"torch.compile'd prediction: {1e3 * result['compiled_model_s']['best']:.2f} ms (best), "
+              f"{1e3 * result['compiled_model_s']['median']:.2f} ms (median)")
+    output = Path(args.output or REPO / "bench" / "results" / f"profile_step_{args.env_name}_{n}.json")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(output, json.dumps(result, indent=2))
+    print(f"wrote {output}")
+
+
+if __name__ == "__main__":
+    run_main(main)
