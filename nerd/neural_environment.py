@@ -78,18 +78,23 @@ class NeuralEnvironment:
 
     # ----------------------------------------------------------------------------------------------
     # RobotEnv: stepping and resets
-    def step(self, actions: torch.Tensor) -> None:
-        """Advance one frame with policy actions (N, action_dim) through the robot's controller."""
-        self.env.check_actions(actions)
-        self.step_with_joint_act(self.env.compute_torques(actions))
+    def step(self, actions: torch.Tensor, check_finite: bool = True) -> None:
+        """Advance one frame with policy actions (N, action_dim) through the robot's controller.
 
-    def step_with_joint_act(self, joint_acts: torch.Tensor) -> None:
-        """Advance one frame with joint torques (N, act_dim), in the current mode."""
+        ``check_finite=False``: the caller checks the actions for NaN/inf itself (the RL vec env, in its one host
+        synchronisation per step).
+        """
+        self.env.check_actions(actions)
+        self.step_with_joint_act(self.env.compute_torques(actions), check_finite)
+
+    def step_with_joint_act(self, joint_acts: torch.Tensor, check_finite: bool = True) -> None:
+        """Advance one frame with joint torques (N, act_dim), in the current mode (``check_finite``: see
+        :meth:`step`)."""
         env = self.env
         # In neural mode with its NaN check on, the integrator checks these torques in its own single host
         # synchronisation (it reads them back from the control), so the environment does not check them too.
         neural_checks = self.env_mode == NEURAL and self.integrator.check_nan
-        env.apply_joint_act(joint_acts, check_finite=not neural_checks)
+        env.apply_joint_act(joint_acts, check_finite=check_finite and not neural_checks)
         if self.env_mode == GROUND_TRUTH:
             if self.integrator is not None:
                 self.integrator.observe(env.state_0, env.control, env.contacts)

@@ -155,6 +155,8 @@ class Environment:
         # Joint torques are exchanged for the non-free DoFs only (a free joint has no actuator).
         self.act_dof_indices = list(range(6, self.dof_qd)) if self.floating_base else list(range(self.dof_qd))
         self.act_dim = len(self.act_dof_indices)
+        # A slice (the actuated DoFs are contiguous): the per-step write is a view, no index tensor per step.
+        self._act_columns = slice(self.act_dof_indices[0], self.act_dof_indices[-1] + 1)
 
         self._joint_q = wp.to_torch(self.state_0.joint_q).view(num_envs, self.dof_q)
         self._joint_qd = wp.to_torch(self.state_0.joint_qd).view(num_envs, self.dof_qd)
@@ -371,7 +373,7 @@ class Environment:
             # Reject here, the one place both modes pass through: the solver would silently return NaN states.
             raise UserError(f"{self.name}: joint torques (or the actions they come from) contain NaN or inf")
         self.joint_acts.copy_(joint_acts)
-        self._joint_f[:, self.act_dof_indices] = self.joint_acts
+        self._joint_f[:, self._act_columns] = self.joint_acts
         self.sync_torch_writes()
 
     def simulate_frame(self) -> None:

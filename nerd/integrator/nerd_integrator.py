@@ -82,6 +82,11 @@ class NeRDIntegrator(newton.solvers.SolverBase):
         self.bodies_per_env = model.body_count // num_envs
         self.anchor_body = anchor_body
         self.act_dof_indices = list(act_dof_indices)
+        # Gathered every step: a slice when contiguous (a view), else an index tensor made once on the device.
+        first = self.act_dof_indices[0] if self.act_dof_indices else 0
+        contiguous = self.act_dof_indices == list(range(first, first + len(self.act_dof_indices)))
+        self._act_columns = (slice(first, first + len(self.act_dof_indices)) if contiguous else torch.tensor(
+            self.act_dof_indices, dtype=torch.long, device=wp.device_to_torch(model.device)))
         self.history_length = min(history_length, nerd_model.max_history)
         """Tokens kept per env: H, or 1 for a one-token backbone."""
         self.torch_device = wp.device_to_torch(model.device)
@@ -124,7 +129,7 @@ class NeRDIntegrator(newton.solvers.SolverBase):
         torch_waits_for_warp(self.model.device)  # reads arrays the last Warp launches wrote
         states = torch.cat([wp.to_torch(state.joint_q).view(n, -1), wp.to_torch(state.joint_qd).view(n, -1)], dim=1)
         body_q = wp.to_torch(state.body_q).view(n, self.bodies_per_env, 7)
-        torques = wp.to_torch(control.joint_f).view(n, -1)[:, self.act_dof_indices]
+        torques = wp.to_torch(control.joint_f).view(n, -1)[:, self._act_columns]
         features = None
         if sig.contact_count:
             if contacts is None:

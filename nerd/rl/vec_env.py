@@ -89,7 +89,7 @@ class NeRDVecEnv(IVecEnv):
     def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict]:
         """Apply actions (N, A) in [-1, 1] for one frame; done envs are reset (see the module docstring)."""
         actions = torch.as_tensor(actions, dtype=torch.float32, device=self.device).clamp(-1.0, 1.0)
-        self.nenv.step(actions)
+        self.nenv.step(actions, check_finite=False)  # checked below, in the step's one host synchronisation
         states = self.nenv.get_states()
         self.progress += 1
         self.last_actions = actions
@@ -101,9 +101,12 @@ class NeRDVecEnv(IVecEnv):
         terminated = self.task.terminations(states) | ~finite
         time_outs = (self.progress >= self.episode_length) & ~terminated
         dones = terminated | time_outs
-        done_ids = torch.nonzero(dones).flatten()
-        if len(done_ids):
-            self.reset_envs(done_ids)
+        # The step's one host synchronisation: how many envs are done, and whether the actions were finite.
+        num_done, num_bad = torch.stack([dones.sum(), (~torch.isfinite(actions)).sum()]).tolist()
+        if num_bad:
+            raise UserError(f"{self.nenv.name}: actions contain NaN or inf (the step was taken with them)")
+        if num_done:
+            self.reset_envs(torch.nonzero_static(dones, size=num_done).flatten())
             states = self.nenv.get_states()
         infos = {"time_outs": time_outs, "terminated": terminated, "diverged": ~finite, "reward_terms": terms}
         return self.task.observations(states, self.last_actions), rewards, dones.to(torch.uint8), infos
