@@ -12,7 +12,12 @@ Stages, each timed on its own on the same state (every one runs the integrator's
 Their sum is compared with a whole ``NeuralEnvironment.step_with_joint_act`` (what an RL or evaluation loop
 calls). The model's FLOPs (torch's FlopCounterMode, matmuls and attention) and the machine's float32 matmul rate
 are measured in the same run, so the floor (FLOPs / rate) and the achieved share are comparable. The full
-forward (every position through every block, the previous path) and ``torch.compile`` are timed too.
+forward (every position through every block, the previous path) and ``torch.compile`` are timed too, their
+samples alternating so that a change of load on a shared machine hits them alike.
+
+On a GPU (``--device cuda``) the script also counts the host synchronisations of a step: torch's sync debug mode
+flags every torch call that waits for the device (``.item()``, ``bool()`` of a tensor, ``nonzero``, copies to the
+host) while 10 steps run; the integrator's design allows one per step (its NaN check; none with the check off).
 
 Timings: ``--repeats`` samples of at least ``--min-seconds`` each; best and median are reported (the machine may
 be shared; the best is the least disturbed sample). Torch runs ``--threads`` threads (default 1).
@@ -20,12 +25,14 @@ be shared; the best is the least disturbed sample). Torch runs ``--threads`` thr
 Example:
     python bench/profile_step.py                              # shipped Cartpole model, N = 2048
     python bench/profile_step.py --env-name Ant --num-envs 512 --model-cfg cfg/train/Ant/cpu.yaml
+    python bench/profile_step.py --device cuda --compile      # on a GPU: also the host syncs per step
 """
 
 import argparse
 import json
 import os
 import platform
+import warnings
 from pathlib import Path
 
 import newton
@@ -39,7 +46,7 @@ from nerd.features import signature_of_env
 from nerd.models.nerd_model import NeRDModel
 from nerd.modes import NEURAL
 from nerd.neural_environment import NeuralEnvironment
-from nerd.perf import count_flops, matmul_rate, time_call
+from nerd.perf import count_flops, matmul_rate, time_alternating, time_call
 from nerd.representation import integrate_target
 from nerd.run_dir import write_text_atomic
 from nerd.training import TrainConfig
@@ -114,21 +121,69 @@ def profile(nenv: NeuralEnvironment, repeats: int, min_seconds: float, compile_m
         stages["state writes"] = run(state_writes)
         stages["contacts"] = run(env.refresh_contacts)
         step = run(lambda: nenv.step_with_joint_act(zero))
-        full_forward = run(lambda: model.backbone(tokens))
-        flops_fast = count_flops(lambda: model.predict_last(tokens, last)) / n
-        flops_full = count_flops(lambda: model.backbone(tokens)) / n
-        compiled = None
+        # The prediction's variants, timed in alternation so that load changes hit them alike.
+        variants = {"last position only": lambda: model.predict_last(tokens, last),
+                    "full forward": lambda: model.backbone(tokens)}
         if compile_model:
             fast = torch.compile(model.predict_last, dynamic=False)
             fast(tokens, last)  # compilation, not timed
-            compiled = run(lambda: fast(tokens, last))
+            variants["torch.compile"] = lambda: fast(tokens, last)
+        variants = time_alternating(variants, repeats, min_seconds, device)
+        flops_fast = count_flops(lambda: model.predict_last(tokens, last)) / n
+        flops_full = count_flops(lambda: model.backbone(tokens)) / n
+        operators = model_operator_shares(lambda: model.predict_last(tokens, last))
     rate_after = matmul_rate(device, repeats=repeats)
+    syncs = None
+    if torch.device(device).type == "cuda":
+        syncs = {"nan check on": count_host_syncs(nenv, zero)}
+        nenv.set_nan_check(False)
+        syncs["nan check off"] = count_host_syncs(nenv, zero)
+        nenv.set_nan_check(True)
     # The rate before and after the stages, the best of both: a disturbed sample does not flatter the share.
     rate = {"best": max(rate_before["best"], rate_after["best"]),
             "median": (rate_before["median"] + rate_after["median"]) / 2}
-    return {"stages_s": stages, "step_s": step, "full_forward_s": full_forward, "compiled_model_s": compiled,
+    return {"stages_s": stages, "step_s": step, "prediction_variants_s": variants,
             "flops_per_env_step": flops_fast, "full_forward_flops_per_env_step": flops_full,
-            "matmul_flops_per_s": rate, "params": sum(p.numel() for p in model.parameters())}
+            "matmul_flops_per_s": rate, "params": sum(p.numel() for p in model.parameters()),
+            "host_syncs_per_step": syncs, "model_operator_shares": operators}
+
+
+OPERATOR_GROUPS = {"aten::mm": "matmul", "aten::addmm": "matmul", "aten::bmm": "matmul",
+                   "aten::_scaled_dot_product_flash_attention_for_cpu": "attention",
+                   "aten::_scaled_dot_product_efficient_attention": "attention",
+                   "aten::_scaled_dot_product_flash_attention": "attention",
+                   "aten::gelu": "GELU", "aten::native_layer_norm": "LayerNorm"}
+
+
+def model_operator_shares(fn, calls: int = 5) -> dict[str, float]:
+    """Share of the model's own CPU time per operator group (torch.profiler, self time): where the time goes
+    besides the matmuls the floor counts."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(calls):
+            fn()
+    shares: dict[str, float] = {}
+    for event in prof.key_averages():
+        group = OPERATOR_GROUPS.get(event.key, "other")
+        shares[group] = shares.get(group, 0.0) + event.self_cpu_time_total
+    total = sum(shares.values())
+    return {group: t / total for group, t in sorted(shares.items(), key=lambda kv: -kv[1])}
+
+
+def count_host_syncs(nenv: NeuralEnvironment, torques: torch.Tensor, steps: int = 10) -> float:
+    """Host synchronisations per ``step_with_joint_act`` on a GPU, as torch's sync debug mode reports them."""
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(steps):
+                nenv.step_with_joint_act(torques)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message) for w in caught) / steps
 
 
 def main() -> None:
@@ -172,10 +227,13 @@ def main() -> None:
     model_s = result["stages_s"].get("model", result["stages_s"].get("model + denormalise"))["best"]
     print(f"\nwhole step: {n / total:,.0f} env-steps/s = {100 * n / total / floor:.0f} % of the floor; "
           f"the model alone {100 * n / model_s / floor:.0f} %")
-    print(f"full forward (every position, the previous path): {1e3 * result['full_forward_s']['best']:.2f} ms")
-    if result["compiled_model_s"]:
-        print(f"torch.compile'd prediction: {1e3 * result['compiled_model_s']['best']:.2f} ms (best), "
-              f"{1e3 * result['compiled_model_s']['median']:.2f} ms (median)")
+    print("model time by operator (torch.profiler self time): " + ", ".join(
+        f"{group} {100 * share:.0f} %" for group, share in result["model_operator_shares"].items()))
+    print("\nthe prediction, variants timed in alternation (ms, best / median):")
+    for name, t in result["prediction_variants_s"].items():
+        print(f"  {name}: {1e3 * t['best']:.2f} / {1e3 * t['median']:.2f}")
+    if result["host_syncs_per_step"] is not None:
+        print(f"host synchronisations per step: {result['host_syncs_per_step']}")
     output = Path(args.output or REPO / "bench" / "results" / f"profile_step_{args.env_name}_{n}.json")
     output.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(output, json.dumps(result, indent=2))

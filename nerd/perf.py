@@ -52,6 +52,20 @@ def time_call(fn: Callable[[], object], repeats: int = 7, min_seconds: float = 0
     return {"best": min(samples), "median": statistics.median(samples)}
 
 
+def time_alternating(fns: dict[str, Callable[[], object]], repeats: int = 7, min_seconds: float = 0.2,
+                     device: torch.device | str = "cpu") -> dict[str, dict[str, float]]:
+    """:func:`time_call` for several functions whose samples alternate (a, b, c, a, b, c, ...), so that a
+    change of load on a shared machine hits all of them alike: name -> ``{"best": ..., "median": ...}``."""
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for fn in fns.values():
+        fn()
+    synchronize(device)
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            samples[name].append(time_call(fn, 1, min_seconds, device)["best"])
+    return {name: {"best": min(s), "median": statistics.median(s)} for name, s in samples.items()}
+
+
 def matmul_rate(device: torch.device | str = "cpu", size: int = 1024, repeats: int = 7,
                 min_seconds: float = 0.2) -> dict[str, float]:
     """The machine's float32 matmul rate [FLOP/s] on square ``size`` matrices: ``{"best": ..., "median": ...}``.
