@@ -46,7 +46,7 @@ from nerd.features import signature_of_env
 from nerd.models.nerd_model import NeRDModel
 from nerd.modes import NEURAL
 from nerd.neural_environment import NeuralEnvironment
-from nerd.perf import count_flops, matmul_rate, time_alternating, time_call
+from nerd.perf import count_flops, matmul_rate, time_alternating
 from nerd.representation import integrate_target
 from nerd.run_dir import write_text_atomic
 from nerd.training import TrainConfig
@@ -73,6 +73,10 @@ def build(env_name: str, num_envs: int, model_path: str | None, model_cfg: str |
                                                                     if Path(path).is_relative_to(REPO) else path)
 
 
+MATMUL_SIZE = 1024
+"""Side of the square float32 matmul whose rate defines the floor."""
+
+
 def profile(nenv: NeuralEnvironment, repeats: int, min_seconds: float, compile_model: bool) -> dict:
     """Seconds per stage (best, median), the model's FLOPs per env-step and the matmul rate."""
     env, integ = nenv.env, nenv.integrator
@@ -83,9 +87,6 @@ def profile(nenv: NeuralEnvironment, repeats: int, min_seconds: float, compile_m
     nenv.reset(generator=gen)
     for _ in range(integ.history_length + 2):  # full histories: the steady state of a rollout
         nenv.step_with_joint_act(zero)
-
-    def run(fn):
-        return time_call(fn, repeats, min_seconds, device)
 
     state, control, contacts = env.state_0, env.control, env.contacts
     groups, anchor, states = integ.current_inputs(state, control, contacts)
@@ -107,20 +108,24 @@ def profile(nenv: NeuralEnvironment, repeats: int, min_seconds: float, compile_m
         return bool(torch.isfinite(next_states).all() & torch.isfinite(groups["joint_acts"]).all())
 
     rate_before = matmul_rate(device, repeats=repeats)
-    stages = {}
+    a, b = (torch.randn(MATMUL_SIZE, MATMUL_SIZE, generator=gen).to(device) for _ in range(2))
+    product = torch.empty(MATMUL_SIZE, MATMUL_SIZE, device=device)
     with torch.inference_mode():
-        stages["features"] = run(lambda: integ.current_inputs(state, control, contacts))
-        stages["history"] = run(lambda: integ.push_history(groups))
+        # Every stage, the whole step and the matmul rate's own sample in alternation (a, b, ..., a, b, ...):
+        # on a shared machine a change of load then hits all of them alike, and their ratios stay fair.
+        stage_fns = {"features": lambda: integ.current_inputs(state, control, contacts),
+                     "history": lambda: integ.push_history(groups)}
         if raw is not None:
-            stages["model"] = run(lambda: model.backbone.forward_last(tokens, last))
-            stages["denormalise"] = run(lambda: model.target_norm.denormalize(raw))
+            stage_fns["model"] = lambda: model.backbone.forward_last(tokens, last)
+            stage_fns["denormalise"] = lambda: model.target_norm.denormalize(raw)
         else:
-            stages["model + denormalise"] = run(integ.predict_targets)
-        stages["integrate"] = run(lambda: integrate_target(states, targets, anchor, nenv.signature.layout))
-        stages["nan check"] = run(nan_check)
-        stages["state writes"] = run(state_writes)
-        stages["contacts"] = run(env.refresh_contacts)
-        step = run(lambda: nenv.step_with_joint_act(zero))
+            stage_fns["model + denormalise"] = integ.predict_targets
+        stage_fns.update({"integrate": lambda: integrate_target(states, targets, anchor, nenv.signature.layout),
+                          "nan check": nan_check, "state writes": state_writes, "contacts": env.refresh_contacts,
+                          "whole step": lambda: nenv.step_with_joint_act(zero),
+                          "matmul": lambda: torch.mm(a, b, out=product)})
+        stages = time_alternating(stage_fns, repeats, min_seconds, device)
+        step, mm = stages.pop("whole step"), stages.pop("matmul")
         # The prediction's variants, timed in alternation so that load changes hit them alike.
         variants = {"last position only": lambda: model.predict_last(tokens, last),
                     "full forward": lambda: model.backbone(tokens)}
@@ -139,9 +144,9 @@ def profile(nenv: NeuralEnvironment, repeats: int, min_seconds: float, compile_m
         nenv.set_nan_check(False)
         syncs["nan check off"] = count_host_syncs(nenv, zero)
         nenv.set_nan_check(True)
-    # The rate before and after the stages, the best of both: a disturbed sample does not flatter the share.
-    rate = {"best": max(rate_before["best"], rate_after["best"]),
-            "median": (rate_before["median"] + rate_after["median"]) / 2}
+    flops = 2.0 * MATMUL_SIZE**3
+    rate = {"best": flops / mm["best"], "median": flops / mm["median"],
+            "alone_before": rate_before["best"], "alone_after": rate_after["best"]}
     return {"stages_s": stages, "step_s": step, "prediction_variants_s": variants,
             "flops_per_env_step": flops_fast, "full_forward_flops_per_env_step": flops_full,
             "matmul_flops_per_s": rate, "params": sum(p.numel() for p in model.parameters()),
@@ -214,7 +219,9 @@ def main() -> None:
     result["floor_env_steps_per_s"] = floor
     print(f"{args.env_name}, N = {n}, {model_desc}, {result['params']:,} parameters, "
           f"{result['torch_threads']} torch thread(s), {device}")
-    print(f"matmul rate {rate['best'] / 1e9:.1f} GFLOP/s (best; median {rate['median'] / 1e9:.1f}); model "
+    print(f"matmul rate {rate['best'] / 1e9:.1f} GFLOP/s (best of the samples alternating with the stages; median "
+          f"{rate['median'] / 1e9:.1f}; alone before/after {rate['alone_before'] / 1e9:.1f} / "
+          f"{rate['alone_after'] / 1e9:.1f}); model "
           f"{result['flops_per_env_step'] / 1e6:.3f} MFLOP per env-step (full forward "
           f"{result['full_forward_flops_per_env_step'] / 1e6:.3f}); floor {floor:,.0f} env-steps/s\n")
     print("| stage | ms per step (best) | median | share of the step |\n|---|---|---|---|")
