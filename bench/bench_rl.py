@@ -11,9 +11,10 @@ initialised model of the robot's CPU training config (``cfg/train/<robot>/cpu.ya
 on the weights).
 
 FLOP floor: the model's FLOPs per env-step (torch's FlopCounterMode on the integrator's per-step prediction:
-matmuls and attention) and the machine's float32 matmul rate, measured in the same run with the same torch
-thread count (default 1). Floor = rate / FLOPs per env-step; "share" = neural env-steps/s / floor. Each rate is
-the best of ``--repeats`` samples (median also stored): the machine may be shared.
+matmuls and attention) and the machine's float32 matmul rate (1024 x 1024), measured with the same torch thread
+count (default 1) in samples that alternate with the ground-truth and neural samples of the same row, so that a
+change of load on a shared machine hits all three alike. Floor = rate / FLOPs per env-step; "share" = neural
+env-steps/s / floor. Each rate is the best of ``--repeats`` samples (median also stored).
 
 Writes ``bench/results/rl.json`` (``rl_quick.json`` with ``--quick``) and prints a Markdown table.
 
@@ -26,8 +27,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
-import time
 from pathlib import Path
 
 import torch
@@ -41,7 +40,7 @@ from nerd.models.nerd_model import NeRDModel
 from nerd.models.transformer import TransformerConfig
 from nerd.modes import GROUND_TRUTH, NEURAL
 from nerd.neural_environment import NeuralEnvironment
-from nerd.perf import count_flops, matmul_rate
+from nerd.perf import count_flops, matmul_rate, time_alternating
 from nerd.rl.tasks import make_task
 from nerd.rl.vec_env import NeRDVecEnv
 from nerd.run_dir import write_text_atomic
@@ -98,25 +97,37 @@ def flops_per_env_step(stepper) -> float:
         return count_flops(integ.predict_targets) / integ.num_envs
 
 
+MATMUL_SIZE = 1024
+"""Side of the square float32 matmul whose rate defines the floor."""
+
+
 @torch.no_grad()
-def env_steps_per_second(stepper, seconds: float, repeats: int) -> dict[str, float]:
-    """Env-steps/s of ``stepper.step`` with pre-drawn random actions, after warm-up steps that fill the NeRD
-    history: best and median of ``repeats`` samples of ``seconds / repeats`` each."""
+def row_rates(steppers: dict[str, object], seconds: float, repeats: int, device: str) -> dict[str, dict[str, float]]:
+    """Env-steps/s of each stepper and the matmul rate [FLOP/s], their samples in alternation (a change of load on
+    a shared machine hits all of them alike): name -> best and median of ``repeats`` samples.
+
+    Actions are random and drawn beforehand; warm-up steps fill the NeRD history first.
+    """
     gen = torch.Generator().manual_seed(0)
-    width = stepper.action_space.shape[0] if hasattr(stepper, "action_space") else stepper.action_dim
-    actions = [(2 * torch.rand(stepper.num_envs, width, generator=gen) - 1).to(stepper.device) for _ in range(64)]
-    stepper.reset()
-    for a in actions[:12]:
-        stepper.step(a)
-    rates, steps = [], 0
-    for _ in range(repeats):
-        count, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds / repeats or count == 0:
-            stepper.step(actions[steps % len(actions)])
-            steps, count = steps + 1, count + 1
-        stepper.nenv.env.synchronize()
-        rates.append(count * stepper.num_envs / (time.perf_counter() - start))
-    return {"best": max(rates), "median": statistics.median(rates)}
+    fns = {}
+    for name, stepper in steppers.items():
+        width = stepper.action_space.shape[0] if hasattr(stepper, "action_space") else stepper.action_dim
+        actions = [(2 * torch.rand(stepper.num_envs, width, generator=gen) - 1).to(stepper.device) for _ in range(64)]
+        stepper.reset()
+        for a in actions[:12]:
+            stepper.step(a)
+        counter = iter(range(10**12))
+        fns[name] = lambda stepper=stepper, actions=actions, counter=counter: stepper.step(
+            actions[next(counter) % len(actions)])
+    a, b = (torch.randn(MATMUL_SIZE, MATMUL_SIZE, generator=gen).to(device) for _ in range(2))
+    product = torch.empty(MATMUL_SIZE, MATMUL_SIZE, device=device)
+    fns["matmul"] = lambda: torch.mm(a, b, out=product)
+    times = time_alternating(fns, repeats, seconds / repeats, device)
+    rates = {name: {"best": steppers[name].num_envs / t["best"], "median": steppers[name].num_envs / t["median"]}
+             for name, t in times.items() if name != "matmul"}
+    flops = 2.0 * MATMUL_SIZE**3
+    rates["matmul"] = {"best": flops / times["matmul"]["best"], "median": flops / times["matmul"]["median"]}
+    return rates
 
 
 def main() -> None:
@@ -142,32 +153,32 @@ def main() -> None:
     for robot in args.robots:
         for n in counts:
             row = {"robot": robot, "task": TASKS.get(robot, "passive (random torques)"), "num_envs": n}
+            steppers = {}
             for mode in (GROUND_TRUTH, NEURAL):
-                stepper, desc = build_stepper(robot, n, mode, args.quick, device)
-                row[mode] = env_steps_per_second(stepper, seconds, args.repeats)
-                if mode == NEURAL:
-                    row["neural_model"], row["flops_per_env_step"] = desc, flops_per_env_step(stepper)
-                del stepper
+                steppers[mode], desc = build_stepper(robot, n, mode, args.quick, device)
+            row["neural_model"], row["flops_per_env_step"] = desc, flops_per_env_step(steppers[NEURAL])
+            rates = row_rates(steppers, seconds, args.repeats, device)
+            row["matmul_flops_per_s"] = rates.pop("matmul")
+            row.update(rates)
+            del steppers
             results["rows"].append(row)
             print(f"{robot:<19} N={n:<5} ground truth {row[GROUND_TRUTH]['best']:>11,.0f}  "
                   f"neural {row[NEURAL]['best']:>11,.0f} env-steps/s", flush=True)
-    # The rate again at the end: the floor uses the better of the two, so a disturbed sample does not flatter.
-    again = matmul_rate(device, repeats=args.repeats)
-    rate = {"best": max(rate["best"], again["best"]), "median": statistics.median([rate["median"], again["median"]])}
-    results["matmul_flops_per_s"] = rate
+    results["matmul_flops_per_s_alone"] = {"before": rate, "after": matmul_rate(device, repeats=args.repeats)}
     for row in results["rows"]:
-        row["floor_env_steps_per_s"] = rate["best"] / row["flops_per_env_step"]
+        row["floor_env_steps_per_s"] = row["matmul_flops_per_s"]["best"] / row["flops_per_env_step"]
         row["floor_share"] = row[NEURAL]["best"] / row["floor_env_steps_per_s"]
     output.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(output, json.dumps(results, indent=2))
     print(f"\nRL env-steps/s on {results['machine']} ({device}, {results['torch_threads']} torch thread(s)), policy "
-          f"inference excluded; best of {args.repeats} samples; matmul rate {rate['best'] / 1e9:.1f} GFLOP/s\n")
-    print("| robot / task | N | ground truth | neural | neural / GT | model MFLOP per env-step | FLOP floor | "
-          "share of floor | neural model |\n|---|---|---|---|---|---|---|---|---|")
+          f"inference excluded; best of {args.repeats} samples, ground truth, neural and matmul alternating\n")
+    print("| robot / task | N | ground truth | neural | neural / GT | model MFLOP per env-step | matmul GFLOP/s | "
+          "FLOP floor | share of floor | neural model |\n|---|---|---|---|---|---|---|---|---|---|")
     for row in results["rows"]:
         gt, neural = row[GROUND_TRUTH]["best"], row[NEURAL]["best"]
         print(f"| {row['robot']} {row['task']} | {row['num_envs']} | {gt:,.0f} | {neural:,.0f} | {neural / gt:.2f}x | "
-              f"{row['flops_per_env_step'] / 1e6:.3f} | {row['floor_env_steps_per_s']:,.0f} | "
+              f"{row['flops_per_env_step'] / 1e6:.3f} | {row['matmul_flops_per_s']['best'] / 1e9:.1f} | "
+              f"{row['floor_env_steps_per_s']:,.0f} | "
               f"{100 * row['floor_share']:.0f} % | {row['neural_model']} |")
     print(f"\nwrote {output}")
 
