@@ -124,14 +124,18 @@ def profile(nenv: NeuralEnvironment, repeats: int, min_seconds: float, compile_m
                           "nan check": nan_check, "state writes": state_writes, "contacts": env.refresh_contacts,
                           "whole step": lambda: nenv.step_with_joint_act(zero),
                           "matmul": lambda: torch.mm(a, b, out=product)})
-        stages = time_alternating(stage_fns, repeats, min_seconds, device)
-        step, mm = stages.pop("whole step"), stages.pop("matmul")
-        # The prediction's variants, timed in alternation so that load changes hit them alike.
-        variants = {"last position only": lambda: model.predict_last(tokens, last),
-                    "full forward": lambda: model.backbone(tokens)}
+        fast = None
         if compile_model:
             fast = torch.compile(model.predict_last, dynamic=False)
             fast(tokens, last)  # compilation, not timed
+            stage_fns["whole step, torch.compile"] = lambda: compiled_step(integ, fast, nenv, zero)
+        stages = time_alternating(stage_fns, repeats, min_seconds, device)
+        step, mm = stages.pop("whole step"), stages.pop("matmul")
+        step_compiled = stages.pop("whole step, torch.compile", None)
+        # The prediction's variants, timed in alternation so that load changes hit them alike.
+        variants = {"last position only": lambda: model.predict_last(tokens, last),
+                    "full forward": lambda: model.backbone(tokens)}
+        if fast is not None:
             variants["torch.compile"] = lambda: fast(tokens, last)
         variants = time_alternating(variants, repeats, min_seconds, device)
         flops_fast = count_flops(lambda: model.predict_last(tokens, last)) / n
@@ -147,7 +151,7 @@ def profile(nenv: NeuralEnvironment, repeats: int, min_seconds: float, compile_m
     flops = 2.0 * MATMUL_SIZE**3
     rate = {"best": flops / mm["best"], "median": flops / mm["median"],
             "alone_before": rate_before["best"], "alone_after": rate_after["best"]}
-    return {"stages_s": stages, "step_s": step, "prediction_variants_s": variants,
+    return {"stages_s": stages, "step_s": step, "compiled_step_s": step_compiled, "prediction_variants_s": variants,
             "flops_per_env_step": flops_fast, "full_forward_flops_per_env_step": flops_full,
             "matmul_flops_per_s": rate, "params": sum(p.numel() for p in model.parameters()),
             "host_syncs_per_step": syncs, "model_operator_shares": operators}
@@ -175,6 +179,15 @@ def model_operator_shares(fn, calls: int = 5) -> dict[str, float]:
         shares[group] = shares.get(group, 0.0) + event.self_cpu_time_total
     total = sum(shares.values())
     return {group: t / total for group, t in sorted(shares.items(), key=lambda kv: -kv[1])}
+
+
+def compiled_step(integ, fast, nenv: NeuralEnvironment, torques: torch.Tensor) -> None:
+    """One whole step with the integrator's prediction swapped for the compiled one (``compile_model=True``)."""
+    eager, integ._predict = integ._predict, fast
+    try:
+        nenv.step_with_joint_act(torques)
+    finally:
+        integ._predict = eager
 
 
 def count_host_syncs(nenv: NeuralEnvironment, torques: torch.Tensor, steps: int = 10) -> float:
@@ -234,6 +247,10 @@ def main() -> None:
     model_s = result["stages_s"].get("model", result["stages_s"].get("model + denormalise"))["best"]
     print(f"\nwhole step: {n / total:,.0f} env-steps/s = {100 * n / total / floor:.0f} % of the floor; "
           f"the model alone {100 * n / model_s / floor:.0f} %")
+    if result["compiled_step_s"]:
+        t = result["compiled_step_s"]["best"]
+        print(f"whole step with torch.compile: {1e3 * t:.2f} ms = {n / t:,.0f} env-steps/s = "
+              f"{100 * n / t / floor:.0f} % of the floor")
     print("model time by operator (torch.profiler self time): " + ", ".join(
         f"{group} {100 * share:.0f} %" for group, share in result["model_operator_shares"].items()))
     print("\nthe prediction, variants timed in alternation (ms, best / median):")
