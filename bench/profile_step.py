@@ -3,7 +3,8 @@
 Stages, each timed on its own on the same state (every one runs the integrator's own code):
     features      current_inputs(): states, body poses, torques and contact features -> token groups
     history       push_history(): normalise the token once and write it into the (N, H, D) history
-    model         the backbone on the history (the last block, norm, projection and head on the last position)
+    model         the backbone on the history (the last block, norm, projection and head on the last position;
+                  on a CPU in calls of 256 envs)
     denormalise   the target statistics applied to the network output
     integrate     integrate_target(): the relative target applied to the states (spec §6)
     nan check     the step's one host synchronisation (torques and predictions finite)
@@ -92,7 +93,7 @@ def profile(nenv: NeuralEnvironment, repeats: int, min_seconds: float, compile_m
     groups, anchor, states = integ.current_inputs(state, control, contacts)
     tokens, last = integ._tokens, integ.history_count - 1
     with torch.inference_mode():
-        raw = model.backbone.forward_last(tokens, last) if hasattr(model.backbone, "forward_last") else None
+        raw = model.normalized_last(tokens, last, integ.chunk_envs)
         targets = integ.predict_targets()
         next_states = integrate_target(states, targets, anchor, nenv.signature.layout)
     out_q = env._joint_q
@@ -115,11 +116,8 @@ def profile(nenv: NeuralEnvironment, repeats: int, min_seconds: float, compile_m
         # on a shared machine a change of load then hits all of them alike, and their ratios stay fair.
         stage_fns = {"features": lambda: integ.current_inputs(state, control, contacts),
                      "history": lambda: integ.push_history(groups)}
-        if raw is not None:
-            stage_fns["model"] = lambda: model.backbone.forward_last(tokens, last)
-            stage_fns["denormalise"] = lambda: model.target_norm.denormalize(raw)
-        else:
-            stage_fns["model + denormalise"] = integ.predict_targets
+        stage_fns["model"] = lambda: model.normalized_last(tokens, last, integ.chunk_envs)
+        stage_fns["denormalise"] = lambda: model.target_norm.denormalize(raw)
         stage_fns.update({"integrate": lambda: integrate_target(states, targets, anchor, nenv.signature.layout),
                           "nan check": nan_check, "state writes": state_writes, "contacts": env.refresh_contacts,
                           "whole step": lambda: nenv.step_with_joint_act(zero),
@@ -127,16 +125,18 @@ def profile(nenv: NeuralEnvironment, repeats: int, min_seconds: float, compile_m
         fast = None
         if compile_model:
             fast = torch.compile(model.predict_last, dynamic=False)
-            fast(tokens, last)  # compilation, not timed
+            fast(tokens, last, integ.chunk_envs)  # compilation, not timed
             stage_fns["whole step, torch.compile"] = lambda: compiled_step(integ, fast, nenv, zero)
         stages = time_alternating(stage_fns, repeats, min_seconds, device)
         step, mm = stages.pop("whole step"), stages.pop("matmul")
         step_compiled = stages.pop("whole step, torch.compile", None)
         # The prediction's variants, timed in alternation so that load changes hit them alike.
-        variants = {"last position only": lambda: model.predict_last(tokens, last),
-                    "full forward": lambda: model.backbone(tokens)}
+        variants = {"full forward, one call": lambda: model.backbone(tokens),
+                    "last position only, one call": lambda: model.predict_last(tokens, last),
+                    f"last position only, chunks of {integ.chunk_envs} (default)":
+                        lambda: model.predict_last(tokens, last, integ.chunk_envs)}
         if fast is not None:
-            variants["torch.compile"] = lambda: fast(tokens, last)
+            variants[f"torch.compile, chunks of {integ.chunk_envs}"] = lambda: fast(tokens, last, integ.chunk_envs)
         variants = time_alternating(variants, repeats, min_seconds, device)
         flops_fast = count_flops(lambda: model.predict_last(tokens, last)) / n
         flops_full = count_flops(lambda: model.backbone(tokens)) / n
@@ -230,7 +230,8 @@ def main() -> None:
     rate = result["matmul_flops_per_s"]
     floor = rate["best"] / result["flops_per_env_step"]
     result["floor_env_steps_per_s"] = floor
-    print(f"{args.env_name}, N = {n}, {model_desc}, {result['params']:,} parameters, "
+    print(f"{args.env_name}, N = {n}, {model_desc}, {result['params']:,} parameters, network calls of "
+          f"{nenv.integrator.chunk_envs} envs, "
           f"{result['torch_threads']} torch thread(s), {device}")
     print(f"matmul rate {rate['best'] / 1e9:.1f} GFLOP/s (best of the samples alternating with the stages; median "
           f"{rate['median'] / 1e9:.1f}; alone before/after {rate['alone_before'] / 1e9:.1f} / "
@@ -244,7 +245,7 @@ def main() -> None:
     summed = sum(t["best"] for t in result["stages_s"].values())
     print(f"| sum of stages | {1e3 * summed:.2f} | | {100 * summed / total:.0f} % |")
     print(f"| whole step_with_joint_act | {1e3 * total:.2f} | {1e3 * result['step_s']['median']:.2f} | 100 % |")
-    model_s = result["stages_s"].get("model", result["stages_s"].get("model + denormalise"))["best"]
+    model_s = result["stages_s"]["model"]["best"]
     print(f"\nwhole step: {n / total:,.0f} env-steps/s = {100 * n / total / floor:.0f} % of the floor; "
           f"the model alone {100 * n / model_s / floor:.0f} %")
     if result["compiled_step_s"]:

@@ -208,7 +208,7 @@ class NeRDModel(nn.Module):
         std = torch.cat([torch.sqrt(norm.var + norm.eps) for norm in self.input_norms.values()]).float()
         return mean, std
 
-    def predict_last(self, tokens: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
+    def predict_last(self, tokens: torch.Tensor, last: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
         """De-normalised prediction at one position per row, from already normalised tokens.
 
         The per-step path of the integrator: no validation and no host synchronisation. A backbone with
@@ -219,16 +219,26 @@ class NeRDModel(nn.Module):
             tokens: ``(B, T, D)`` normalised tokens (see :meth:`token_statistics`), ``T <= max_history``.
             last: ``(B,)`` position of each row's prediction, in ``0 .. T - 1``; the causal backbone makes it
                 depend on positions ``0 .. last[b]`` only.
+            chunk: Run the network on at most this many rows at a time (None: all at once). Rows are
+                independent, so the result is the same; on a CPU, chunks whose activations stay in cache are
+                faster (docs/results.md).
 
         Returns:
             ``(B, P)`` raw targets.
         """
+        return self.target_norm.denormalize(self.normalized_last(tokens, last, chunk))
+
+    def normalized_last(self, tokens: torch.Tensor, last: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
+        """:meth:`predict_last` before de-normalisation: the network's ``(B, P)`` output."""
+        if chunk is not None and tokens.shape[0] > chunk:
+            return torch.cat([self.normalized_last(tokens[i : i + chunk], last[i : i + chunk])
+                              for i in range(0, tokens.shape[0], chunk)])
         rows = torch.arange(tokens.shape[0], device=tokens.device)
         forward_last = getattr(self.backbone, "forward_last", None)
         out = forward_last(tokens, last) if forward_last is not None else self.backbone(tokens)[rows, last]
         if self.skip is not None:
             out = out + self.skip(tokens[rows, last])
-        return self.target_norm.denormalize(out)
+        return out
 
     def predict_from_history(self, history: Mapping[str, torch.Tensor], lengths: torch.Tensor) -> torch.Tensor:
         """:meth:`predict` for a left-aligned history buffer whose shapes the caller has checked once.

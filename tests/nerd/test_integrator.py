@@ -79,6 +79,7 @@ def test_batched_histories_of_different_lengths_predict_as_if_alone():
     """An env's prediction does not depend on the other envs' history lengths (left-aligned causal batch)."""
     gen = torch.Generator().manual_seed(2)
     together = tiny_neural_env("PendulumWithContact", 2)
+    together.integrator.chunk_envs = 1  # one network call per env: the CPU's chunked path (256 envs a call)
     alone = NeuralEnvironment(make_env("PendulumWithContact", 1), together.integrator.nerd_model)
     start = together.env.sample_initial_states(2, gen)
     together.reset(states=start)

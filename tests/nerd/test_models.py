@@ -342,7 +342,9 @@ def test_last_position_fast_path_matches_the_full_forward(model_type):
     with torch.inference_mode():
         full = model.predict(inputs, lengths=lengths)
         fast = model.predict_last(tokens, lengths - 1)
+        chunked = model.predict_last(tokens, lengths - 1, chunk=2)  # the integrator's CPU path, 3 calls here
     torch.testing.assert_close(fast, full, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(chunked, fast, atol=1e-6, rtol=1e-5)
     if model_type == "transformer":  # last=None: every row's last position
         backbone = model.backbone
         with torch.inference_mode():
