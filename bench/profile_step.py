@@ -140,7 +140,7 @@ def profile(nenv: NeuralEnvironment, repeats: int, min_seconds: float, compile_m
         variants = time_alternating(variants, repeats, min_seconds, device)
         flops_fast = count_flops(lambda: model.predict_last(tokens, last)) / n
         flops_full = count_flops(lambda: model.backbone(tokens)) / n
-        operators = model_operator_shares(lambda: model.predict_last(tokens, last))
+        operators = model_operator_shares(lambda: model.predict_last(tokens, last, integ.chunk_envs))
     rate_after = matmul_rate(device, repeats=repeats)
     syncs = None
     if torch.device(device).type == "cuda":
