@@ -103,6 +103,11 @@ class TrainConfig:
     states as inputs (autoregressively, with gradients through the unroll) and are trained to land on the true
     next states; 1 is plain teacher forcing. Costs ``unroll_steps`` forward passes per batch. World-frame robots
     without a floating base only (their state inputs are the states themselves)."""
+    micro_batch_size: int | None = None
+    """Split each batch (each rank's share under torchrun) into micro-batches of at most this many windows whose
+    gradients are accumulated before the one optimiser step: the same gradient up to float rounding, faster on a
+    CPU where a micro-batch's activations stay in cache (our option; 128 windows made the Cartpole CPU config's
+    step ~1.2x faster, docs/results.md). None: the whole batch at once (the release's way)."""
     best_checkpoint_by: Literal["rollout", "valid_loss"] = "rollout"
     """What ``nn/best.pt`` minimises: ``"rollout"`` the sum of the per-epoch rollout's error metrics (what a NeRD
     model is for; the one-step loss can fall while the rollout error grows), or ``"valid_loss"`` the one-step
@@ -113,6 +118,7 @@ class TrainConfig:
         for key in ("history_length", "batch_size", "num_epochs", "valid_batches", "unroll_steps"):
             check_range(key, getattr(self, key), low=1)
         check_range("batches_per_epoch", self.batches_per_epoch, low=1)
+        check_range("micro_batch_size", self.micro_batch_size, low=1)
         check_range("dataset.max_train_trajectories", self.dataset.max_train_trajectories, low=1)
         check_range("grad_clip", self.grad_clip, low=0, low_open=True)
         check_range("lr_start", self.lr_start, low=0, low_open=True)
@@ -438,17 +444,14 @@ def _train_epoch(model: NeRDModel, loss_fn, optimizer: torch.optim.Optimizer, cf
             lr = get_lr(run.step, total_steps, cfg.lr_start, cfg.lr_end)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        loss = loss_fn(inputs, target)
-        reported = loss.detach()
+        optimizer.zero_grad(set_to_none=True)
+        reported = accumulate_gradients(loss_fn, inputs, target, cfg.micro_batch_size, world > 1)
         if world > 1:  # every rank decides on the same (mean) loss, so a divergence stops all of them
-            reported = reported.clone()
             dist.all_reduce(reported)
             reported /= world
-        if not torch.isfinite(reported):
+        if not torch.isfinite(reported):  # before the optimiser step: the weights stay as they were
             raise RolloutDivergedError(f"training diverged: the loss is {reported.item()} at step {run.step} "
                                        f"(epoch {epoch}); lower lr_start or check the data")
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
         value = reported.item()
@@ -468,6 +471,24 @@ def _train_epoch(model: NeRDModel, loss_fn, optimizer: torch.optim.Optimizer, cf
         if world > 1 and run.step == first_step + 1 and not run.replica_checks:
             _check_replicas(model, run)
     return losses
+
+
+def accumulate_gradients(loss_fn, inputs: dict[str, torch.Tensor], target: torch.Tensor, micro: int | None,
+                          distributed: bool) -> torch.Tensor:
+    """Backward of the batch's mean loss, in micro-batches of at most ``micro`` windows (None: one pass); returns
+    the detached loss. Under DDP the gradients are exchanged once, with the last micro-batch."""
+    n = target.shape[0]
+    micro = micro or n
+    total = torch.zeros((), device=target.device)
+    for start in range(0, n, micro):
+        stop = min(start + micro, n)
+        last = stop == n
+        with nullcontext() if last or not distributed else loss_fn.no_sync():
+            # Each part's mean weighted by its share: the sum is the whole batch's mean loss.
+            loss = loss_fn({k: v[start:stop] for k, v in inputs.items()}, target[start:stop]) * ((stop - start) / n)
+            loss.backward()
+        total += loss.detach()
+    return total
 
 
 def _check_replicas(model: NeRDModel, run: _Progress) -> None:
