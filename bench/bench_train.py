@@ -33,9 +33,11 @@ from nerd.generation import GenerationConfig, generate_dataset
 from nerd.models.nerd_model import NeRDModel
 from nerd.perf import count_flops, time_alternating
 from nerd.run_dir import write_text_atomic
-from nerd.training import TrainConfig
+from nerd.training import TrainConfig, accumulate_gradients
 
 REPO = Path(__file__).resolve().parents[1]
+MICRO = 128
+"""Also timed: the step in micro-batches of this many windows (``micro_batch_size``)."""
 MATMUL_SIZE = 1024
 """Side of the square float32 matmul whose rate the step is compared with."""
 CONFIGS = ("cfg/train/Cartpole/cpu.yaml", "cfg/train/PendulumWithContact/cpu.yaml")
@@ -50,10 +52,9 @@ def bench_config(cfg: TrainConfig, data: TrajectoryWindows, device: str, repeats
     generator = torch.Generator().manual_seed(0)
     fixed = data.get_batch(torch.randperm(len(data), generator=generator)[: cfg.batch_size])
 
-    def step(batch):
-        loss = model.loss(*batch)
+    def step(batch, micro=cfg.micro_batch_size):
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        accumulate_gradients(model.loss, *batch, micro, distributed=False)
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
 
@@ -68,6 +69,7 @@ def bench_config(cfg: TrainConfig, data: TrajectoryWindows, device: str, repeats
     times = time_alternating({
         "without_loading_s": lambda: step(fixed), "with_loading_s": loaded_step,
         "loading_only_s": lambda: data.get_batch(torch.randint(len(data), (cfg.batch_size,), generator=generator)),
+        f"without_loading_micro_{MICRO}_s": lambda: step(fixed, MICRO),
         "matmul_s": lambda: torch.mm(a, b, out=product)}, repeats, min_seconds, device)
     mm = times.pop("matmul_s")
     rate = {"best": 2.0 * MATMUL_SIZE**3 / mm["best"], "median": 2.0 * MATMUL_SIZE**3 / mm["median"]}
@@ -107,14 +109,18 @@ def main() -> None:
     print(f"\nTraining step on {results['machine']} ({device}, {results['torch_threads']} torch thread(s)); best of "
           f"{args.repeats} samples, alternating with the matmul rate's\n")
     print("| config | params | batch | GFLOP per step | matmul GFLOP/s | windows/s with loading | share | "
-          "windows/s without | share | loading alone [ms] |\n|---|---|---|---|---|---|---|---|---|---|")
+          f"windows/s without | share | without, micro-batches of {MICRO} | share | loading alone [ms] |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         flops, b, rate = row["flops_per_step"], row["batch_size"], row["matmul_flops_per_s"]
         w, wo = row["with_loading_s"]["best"], row["without_loading_s"]["best"]
         row["share_with_loading"], row["share_without_loading"] = flops / w / rate["best"], flops / wo / rate["best"]
+        wm = row[f"without_loading_micro_{MICRO}_s"]["best"]
+        row[f"share_without_loading_micro_{MICRO}"] = flops / wm / rate["best"]
         print(f"| {row['cfg']} | {row['params']:,} | {b} | {flops / 1e9:.2f} | {rate['best'] / 1e9:.1f} | "
               f"{b / w:,.0f} | "
               f"{100 * row['share_with_loading']:.0f} % | {b / wo:,.0f} | {100 * row['share_without_loading']:.0f} % | "
+              f"{b / wm:,.0f} | {100 * row[f'share_without_loading_micro_{MICRO}']:.0f} % | "
               f"{1e3 * row['loading_only_s']['best']:.1f} |")
     output = Path(args.output or REPO / "bench" / "results" / "train.json")
     output.parent.mkdir(parents=True, exist_ok=True)
