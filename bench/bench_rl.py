@@ -47,7 +47,7 @@ from nerd.run_dir import write_text_atomic
 from nerd.training import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
-ROBOTS = ("Cartpole", "PendulumWithContact", "Ant")
+ROBOTS = ("Cartpole", "PendulumWithContact", "Ant", "Anymal")
 TASKS = {"Cartpole": "swingup", "Ant": "run"}
 """The RL task timed per robot; a robot without one is timed on passive stepping with random torques."""
 SHIPPED = {name: REPO / "pretrained_models" / "NeRD_models" / name / "model.pt"
@@ -80,11 +80,13 @@ def build_stepper(robot: str, num_envs: int, mode: str, quick: bool, device: str
         desc = f"shipped {SHIPPED[robot].relative_to(REPO)}"
     else:
         sig = signature_of_env(env)
-        cfg = TINY_MODEL if quick else load_config(REPO / "cfg" / "train" / robot / "cpu.yaml", TrainConfig).model
+        # A robot without a CPU config of its own (Anymal) takes the Ant's, the other legged robot's.
+        cfg_path = next(p for p in (f"cfg/train/{robot}/cpu.yaml", "cfg/train/Ant/cpu.yaml") if (REPO / p).is_file())
+        cfg = TINY_MODEL if quick else load_config(REPO / cfg_path, TrainConfig).model
         torch.manual_seed(0)
         nenv = NeuralEnvironment(env, NeRDModel(sig.input_groups, sig.target_dim, cfg), NEURAL)
         t = cfg.transformer
-        desc = f"random init, {t.n_layer}x{t.n_embd}" + (" (tiny)" if quick else f" (cfg/train/{robot}/cpu.yaml)")
+        desc = f"random init, {t.n_layer}x{t.n_embd}" + (" (tiny)" if quick else f" ({cfg_path} size)")
     if robot not in TASKS:
         return PassiveStepper(nenv), desc
     return NeRDVecEnv(nenv, make_task(robot, TASKS[robot], num_envs, nenv.torch_device), seed=0), desc
