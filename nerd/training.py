@@ -119,6 +119,9 @@ class TrainConfig:
             check_range(key, getattr(self, key), low=1)
         check_range("batches_per_epoch", self.batches_per_epoch, low=1)
         check_range("micro_batch_size", self.micro_batch_size, low=1)
+        if self.micro_batch_size is not None and self.unroll_steps > 1:
+            # The unrolled inputs of a batch form one autograd graph, which per-part backward passes would free.
+            raise ConfigError("config key 'micro_batch_size': not supported with unroll_steps > 1; leave it unset")
         check_range("dataset.max_train_trajectories", self.dataset.max_train_trajectories, low=1)
         check_range("grad_clip", self.grad_clip, low=0, low_open=True)
         check_range("lr_start", self.lr_start, low=0, low_open=True)

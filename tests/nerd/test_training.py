@@ -360,3 +360,5 @@ def test_micro_batches_give_the_whole_batchs_training_step(pendulum_run, tmp_pat
         weights.append(load_checkpoint(tmp_path / f"micro_{micro}" / "nn" / "last.pt")[0].state_dict())
     for name, value in weights[0].items():
         torch.testing.assert_close(weights[1][name], value, atol=1e-5, rtol=1e-4, msg=name)
+    with pytest.raises(ConfigError, match="'micro_batch_size': not supported with unroll_steps"):
+        dataclasses.replace(cfg, micro_batch_size=16, unroll_steps=2)
