@@ -103,7 +103,8 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
                      horizon: int, seed: int, contact_config: int | None = None, device: str = "cpu",
                      progress: bool = True, initial_states: str = "data",
                      mass_matrix_refresh: str | None = None, robot_variant: str | None = None,
-                     control_mode: str | None = None) -> dict[str, Any]:
+                     control_mode: str | None = None,
+                     compile_model: bool = False) -> dict[str, Any]:
     """Passive-motion errors of ``env_mode`` against the ground truth over ``num_rollouts`` trajectories.
 
     Args:
@@ -112,6 +113,7 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
         robot_variant: Model variant of robots with several (Anymal); None for the robot's default.
         control_mode: Controller of robots with several (Anymal, Franka) that turns the zero actions into
             torques; None for the robot's default.
+        compile_model: ``torch.compile`` the NeRD model's per-step prediction (see :class:`NeuralEnvironment`).
 
     Returns:
         A JSON-ready dict: settings, ``metrics`` (mean over all steps and trajectories), ``metrics_by_horizon``
@@ -138,7 +140,7 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
     env = make_env(env_name, num_envs, device=device, contact_config=contact_config,
                    mass_matrix_refresh=mass_matrix_refresh, robot_variant=robot_variant, control_mode=control_mode)
     sample = initial_state_sampler(env, initial_states)
-    nenv = (NeuralEnvironment.from_checkpoint(env, model_path, env_mode=GROUND_TRUTH) if model_path
+    nenv = (NeuralEnvironment.from_checkpoint(env, model_path, GROUND_TRUTH, compile_model) if model_path
             else NeuralEnvironment(env, None, env_mode=GROUND_TRUTH))
     generator = torch.Generator().manual_seed(seed)
     sums: dict[str, torch.Tensor] = {}

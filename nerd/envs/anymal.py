@@ -269,7 +269,7 @@ class Anymal(Environment):
 
     def compute_torques(self, actions: torch.Tensor) -> torch.Tensor:
         """Joint torques (N, 12) of the controller (module docstring) from the current (start-of-frame) state."""
-        self.synchronize()
+        self.torch_after_warp()  # a stream wait on a GPU, not a host synchronisation
         q, qd = self._joint_q[:, 7:], self._joint_qd[:, 6:]
         a = actions.to(self.torch_device).clamp(-1.0, 1.0)
         if self.control_mode == "position":

@@ -49,6 +49,8 @@ def main(argv: list[str] | None = None) -> None:
     add_robot_variant_arg(parser)
     add_control_mode_arg(parser)
     parser.add_argument("--output", default=None, help="results JSON (a PNG of error vs step is written beside it)")
+    parser.add_argument("--compile-model", action="store_true",
+                        help="torch.compile the NeRD model's per-step prediction (faster after ~1 min of compiling)")
     add_common_args(parser, seed_default=500)
     add_viewer_args(parser)
     args = parser.parse_args(argv)
@@ -75,7 +77,8 @@ def main(argv: list[str] | None = None) -> None:
         evaluate_passive(args.env_name, args.model_path, args.env_mode, args.num_envs, args.num_rollouts,
                          args.rollout_horizon, args.seed, config, resolve_device(args.device),
                          initial_states=args.initial_states, mass_matrix_refresh=args.mass_matrix_refresh,
-                         robot_variant=args.robot_variant, control_mode=args.control_mode)
+                         robot_variant=args.robot_variant, control_mode=args.control_mode,
+                         compile_model=args.compile_model)
         for config in configs
     ]
     for results in runs:

@@ -70,6 +70,15 @@ def test_diverged_neural_envs_end_their_episode_alone():
     assert rewards[2] == 0.0 and bool(torch.isfinite(obs).all()) and bool(torch.isfinite(rewards).all())
 
 
+@pytest.mark.parametrize("env_mode", ["neural", "ground-truth"])
+def test_nan_actions_are_refused_in_the_steps_one_synchronisation(env_mode):
+    """The vec env checks the actions itself (folded with the done count into one host sync per step)."""
+    venv = tiny_vec_env("Cartpole", "swingup", 2, env_mode=env_mode)
+    venv.reset()
+    with pytest.raises(ValueError, match="NaN or inf"):
+        venv.step(torch.tensor([[0.0], [float("nan")]]))
+
+
 def test_ant_vec_env_runs_in_both_modes():
     """The Ant run task steps in neural (untrained tiny model) and ground-truth mode with finite outputs."""
     venv = tiny_vec_env("Ant", "run", 2)
