@@ -91,7 +91,8 @@ class TrainConfig:
     """Stop once batch gathering and optimiser steps (evaluation excluded) have used this much CPU time of this
     process (summed over its threads, so other jobs on the machine do not eat into it), at most ``num_epochs``
     epochs; the learning rate then decays over the budget instead of over the steps. For comparing recipes at
-    equal compute; a run with a budget is not bit-reproducible. None trains for ``num_epochs``."""
+    equal compute; a run with a budget is not bit-reproducible. A resumed run continues the budget its epochs
+    spent (recorded in ``nn/last.pt``). None trains for ``num_epochs``."""
     input_noise: float = 0.0
     """Std of Gaussian noise added to the state inputs of every history step during training, as a fraction of
     each coordinate's data std (0 = off). The targets are corrected by the same noise, so the model learns to
@@ -238,19 +239,20 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
                         f"{sig.env_name} is not one")
     if cfg.best_checkpoint_by == "rollout" and cfg.rollout_eval.num_envs < 1:
         raise UserError("best_checkpoint_by: rollout needs rollout_eval.num_envs > 0; set it or use valid_loss")
-    model, optimizer, start_epoch, best_score = _init_or_resume(cfg, train_data, logdir, device, resume, init_from)
+    model, optimizer, start_epoch, best_score, spent = _init_or_resume(cfg, train_data, logdir, device, resume,
+                                                                       init_from)
 
     # Rank 0 alone writes the run directory; the other ranks only train.
     run_dir = (nullcontext(logdir) if resume or not rank.is_main
                else new_run_dir(logdir, RUN_DIR_ENTRIES, overwrite, "nn/*.pt"))
     with run_dir:
         return _train_loop(cfg, logdir, model, optimizer, start_epoch, best_score, train_data, valid_data, device,
-                           seed, progress)
+                           seed, progress, spent)
 
 
 def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: torch.optim.Optimizer, start_epoch: int,
                 best_score: float, train_data: TrajectoryWindows, valid_data: TrajectoryWindows, device: str,
-                seed: int, progress: bool) -> dict[str, Any]:
+                seed: int, progress: bool, spent: float = 0.0) -> dict[str, Any]:
     """The epochs of :func:`train`, once every input is validated, in the prepared run directory.
 
     Under torchrun every rank runs this loop on its own shard of each batch, with gradients averaged by
@@ -274,8 +276,10 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
     noise_std = (cfg.input_noise * model.input_norms["states"].var.sqrt().float().cpu())[noise_columns]
     history: list[dict[str, float]] = []
     started = time.perf_counter()
+    # A resumed run continues its budget (and the learning rate that decays over it) where its last epoch ended.
     run = _Progress(step=start_epoch * steps_per_epoch,
-                    budget=cfg.time_budget_minutes * 60.0 if cfg.time_budget_minutes else None, rank=rank)
+                    budget=cfg.time_budget_minutes * 60.0 if cfg.time_budget_minutes else None, seconds=spent,
+                    rank=rank)
     with SummaryWriter(str(logdir)) if rank.is_main else _NoWriter() as writer:
         writer.add_text("hyperparameters",
                         "|key|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in config_dict.items()))
@@ -291,7 +295,7 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
                 continue
             valid = validation_loss(model, valid_data, cfg.batch_size, cfg.valid_batches, seed + 1)
             save_checkpoint(last_path, model, sig, config_dict, history_length=cfg.history_length, epoch=epoch,
-                            optimizer=optimizer)
+                            optimizer=optimizer, extra={"step_seconds": run.seconds})
             ckpt_metrics = _evaluate_epoch(cfg, last_path, epoch, device, writer)
             writer.add_scalar("losses/valid", valid, epoch)
             writer.add_scalar("perf/windows_per_second", len(losses) * cfg.batch_size / epoch_seconds, epoch)
@@ -343,14 +347,15 @@ class _Progress:
 
 
 def _init_or_resume(cfg: TrainConfig, train_data: TrajectoryWindows, logdir: Path, device: str, resume: bool,
-                    init_from: str | Path | None) -> tuple[NeRDModel, torch.optim.Optimizer, int, float]:
+                    init_from: str | Path | None) -> tuple[NeRDModel, torch.optim.Optimizer, int, float, float]:
     """A fresh model (statistics of the training set), a resumed run or one initialised from a checkpoint.
 
     Returns:
-        (model in train mode, its Adam optimiser, first epoch to run, best checkpoint score so far).
+        (model in train mode, its Adam optimiser, first epoch to run, best checkpoint score so far, CPU seconds
+        of the budget already spent).
     """
     sig = train_data.signature
-    start_epoch, optimizer_state, best_score = 0, None, float("inf")
+    start_epoch, optimizer_state, best_score, spent = 0, None, float("inf"), 0.0
     if resume:
         last = logdir / "nn" / "last.pt"
         if not last.is_file():
@@ -359,6 +364,7 @@ def _init_or_resume(cfg: TrainConfig, train_data: TrajectoryWindows, logdir: Pat
         ckpt_sig.check_compatible(sig, what="checkpoint")
         check_resume_config(cfg, model.cfg, payload)
         start_epoch, optimizer_state = payload["epoch"] + 1, payload["optimizer_state"]
+        spent = float((payload.get("extra") or {}).get("step_seconds", 0.0))
         best_score = _previous_best(logdir / "nn" / "best.pt", cfg.best_checkpoint_by)
     elif init_from is not None:
         model, ckpt_sig, _ = load_checkpoint(init_from, device)
@@ -376,7 +382,7 @@ def _init_or_resume(cfg: TrainConfig, train_data: TrajectoryWindows, logdir: Pat
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr_start)
     if optimizer_state is not None:
         optimizer.load_state_dict(optimizer_state)
-    return model, optimizer, start_epoch, best_score
+    return model, optimizer, start_epoch, best_score, spent
 
 
 def check_resume_config(cfg: TrainConfig, model_cfg: ModelConfig, payload: dict[str, Any]) -> None:

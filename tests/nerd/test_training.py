@@ -94,6 +94,19 @@ def test_resume_continues_from_the_next_epoch(pendulum_run, tmp_path):
     assert best["extra"]["best_score"] == pytest.approx(min(previous_best, rollout_score(summary["epochs"][0])))
 
 
+def test_resume_continues_the_time_budget(pendulum_run, tmp_path):
+    """A resumed run counts the CPU time its earlier epochs spent against time_budget_minutes, so its learning rate
+    keeps decaying where it stopped instead of restarting; a budget already spent trains no further epoch."""
+    root, cfg, _ = pendulum_run
+    shutil.copytree(root / "logs", tmp_path / "run")
+    _, _, last = load_checkpoint(tmp_path / "run/nn/last.pt")
+    spent = last["extra"]["step_seconds"]
+    assert spent > 0
+    cfg = dataclasses.replace(cfg, num_epochs=4, time_budget_minutes=0.99 * spent / 60.0)
+    summary = train(cfg, tmp_path / "run", seed=0, resume=True, progress=False)
+    assert summary["epochs"] == [] and summary["step_seconds"] == pytest.approx(spent)
+
+
 def test_resume_refuses_a_changed_model_history_or_training_file(pendulum_run, tmp_path):
     """Resuming with other model sizes, history_length or training file is refused, naming what changed."""
     root, cfg, _ = pendulum_run
