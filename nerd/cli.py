@@ -49,7 +49,8 @@ def add_mass_matrix_refresh_arg(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--mass-matrix-refresh", choices=MASS_MATRIX_REFRESH, default=None,
                         help="ground truth: rebuild Featherstone's mass matrix once per 'frame' (the release's "
-                             "setting, the default) or every 'substep' (Newton's default, more accurate)")
+                             "setting for most robots) or every 'substep' (Newton's default, more accurate; the "
+                             "release's for CubeToss); default: the robot's own")
 
 
 def add_overrides_arg(parser: argparse.ArgumentParser, example: str) -> None:

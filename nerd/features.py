@@ -4,8 +4,8 @@ A NeRD token of step t concatenates, in the robot-centric frame of that step's a
 ``states`` (dof_q + dof_qd), contact ``contact_normals`` (3C), ground points ``contact_points_1`` (3C),
 ``contact_depths`` (C), the applied ``joint_acts`` (J) and, for robots in the body frame, the gravity
 direction ``gravity_dir`` (3). Features of inactive contact candidates are zeroed after the transform.
-Groups that would be empty (no contacts) are left out, which reproduces the release's token widths
-(Cartpole 6, Pendulum 37, Ant 215).
+Groups that would be empty (no contacts; no torques for a passive robot such as CubeToss) are left out, which
+reproduces the release's token widths (Cartpole 6, Pendulum 37, Ant 215).
 
 Pure torch, engine-free: the same code runs on dataset batches and on live simulator tensors.
 """
@@ -61,7 +61,8 @@ class RobotSignature:
         groups = {"states": self.dof_q + self.dof_qd}
         if c:
             groups.update(contact_normals=3 * c, contact_points_1=3 * c, contact_depths=c)
-        groups["joint_acts"] = self.joint_act_dim
+        if self.joint_act_dim:
+            groups["joint_acts"] = self.joint_act_dim
         if self.states_frame == "body":
             groups["gravity_dir"] = 3
         return groups
@@ -120,7 +121,7 @@ def build_inputs(sig: RobotSignature, states: Tensor, root_body_q: Tensor, joint
         sig: The robot.
         states: (..., dof_q + dof_qd) world-frame states.
         root_body_q: (..., 7) world pose of the anchor body (used by fixed-base body-frame robots).
-        joint_acts: (..., J) applied joint torques.
+        joint_acts: (..., J) applied joint torques; ignored when the robot has none (J = 0).
         contacts: ``contact_normals``, ``contact_points_1`` (..., C, 3), ``contact_depths``,
             ``contact_thicknesses`` (..., C), world frame; ignored when the robot has no contacts.
 
@@ -141,7 +142,8 @@ def build_inputs(sig: RobotSignature, states: Tensor, root_body_q: Tensor, joint
         groups["contact_normals"] = torch.where(active[..., None], normals, zero).flatten(-2)
         groups["contact_points_1"] = torch.where(active[..., None], points, zero).flatten(-2)
         groups["contact_depths"] = torch.where(active, depths, zero)
-    groups["joint_acts"] = joint_acts
+    if sig.joint_act_dim:
+        groups["joint_acts"] = joint_acts
     if sig.states_frame == "body":
         groups["gravity_dir"] = gravity_to_anchor_frame(anchor)
     return groups, anchor

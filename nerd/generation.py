@@ -51,7 +51,10 @@ class GenerationConfig:
     mass_matrix_refresh: str | None = None
     """Featherstone's mass-matrix refresh, ``"frame"`` or ``"substep"``; None for the robot's default (frame)."""
     contact_friction: str | None = None
-    """Ground-contact friction law, ``"coulomb"`` or ``"huber"``; None for the robot's default (coulomb)."""
+    """Ground-contact friction law, ``"coulomb"`` or ``"huber"``; None for the robot's default."""
+    variant: str | None = None
+    """The robot's physical parameter set (``Environment.variants``, e.g. CubeToss ``"real"``); None for its
+    default. Recorded in the file's attributes as ``variant``."""
     compression: str | None = "lzf"
     """HDF5 compression filter: ``"lzf"`` (about half the size, a few % slower), ``"gzip"`` or None."""
 
@@ -111,7 +114,8 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
     check_disk(num_trajectories * T * row_bytes * (0.5 if cfg.compression else 1.0),
                f"a dataset of {num_trajectories * T:,} transitions", Path(path).parent, "lower --num-transitions")
     env = make_env(cfg.env_name, num_envs, device=device, solver=cfg.solver, contact_config=cfg.contact_config,
-                   mass_matrix_refresh=cfg.mass_matrix_refresh, contact_friction=cfg.contact_friction)
+                   mass_matrix_refresh=cfg.mass_matrix_refresh, contact_friction=cfg.contact_friction,
+                   variant=cfg.variant)
     random_planes = cfg.contact_config is None and hasattr(env, "sample_ground_planes")
     generator = torch.Generator().manual_seed(cfg.seed)
     # The robot signature is what a model trained on the file is checked against; it is written from one place.
@@ -119,7 +123,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
         **signature_of_env(env).to_dict(), "state_dim": env.state_dim,
         "engine": "newton", "newton_version": newton.__version__, "warp_version": wp.config.version,
         "solver": env.solver_name, "mass_matrix_refresh": env.mass_matrix_refresh,
-        "contact_friction": env.contact_friction, "frame_dt": env.frame_dt,
+        "contact_friction": env.contact_friction, "variant": env.variant, "frame_dt": env.frame_dt,
         "sim_substeps": env.sim_substeps,
         "trajectory_length": T, "seed": cfg.seed, "generator_settings": asdict(cfg),
         "random_ground_planes": random_planes,

@@ -74,6 +74,7 @@ class Environment:
             path is kept for debugging and for differentiable use.
         mass_matrix_refresh: One of :data:`MASS_MATRIX_REFRESH`; None keeps the robot's default.
         contact_friction: One of :data:`CONTACT_FRICTION`; None keeps the robot's default.
+        variant: One of the robot's :attr:`variants` (its physical parameter sets); None keeps its first.
     """
 
     name: ClassVar[str] = ""
@@ -92,13 +93,17 @@ class Environment:
     """Default of :data:`MASS_MATRIX_REFRESH` for this robot (the release's: once per frame)."""
     contact_friction: ClassVar[str] = "coulomb"
     """Default of :data:`CONTACT_FRICTION` for this robot."""
+    variants: ClassVar[tuple[str, ...]] = ("default",)
+    """Named physical parameter sets of this robot, the default first (e.g. CubeToss's ``"sim"`` and its
+    deliberately mismatched ``"real"``); :meth:`build_robot` reads :attr:`variant`. Datasets record the variant."""
     passive_metrics: ClassVar[dict[str, tuple[str, tuple[int, ...]]]] = {}
     """Passive-motion metrics (spec §9): name -> (kind, joint_q indices). Kinds: ``"abs"`` mean |dq| over the
     indices (wrapped for continuous joints), ``"position"`` base position distance, ``"orientation"`` base
     rotation angle."""
 
     def __init__(self, num_envs: int, device: str = "cpu", solver: str | None = None, use_graph: bool = True,
-                 mass_matrix_refresh: str | None = None, contact_friction: str | None = None):
+                 mass_matrix_refresh: str | None = None, contact_friction: str | None = None,
+                 variant: str | None = None):
         if num_envs < 1:
             raise UserError(f"num_envs must be at least 1, got {num_envs}")
         solver = solver or self.default_solver
@@ -113,6 +118,10 @@ class Environment:
         if contact_friction not in CONTACT_FRICTION:
             raise UserError(f"unknown contact friction '{contact_friction}'; valid: {', '.join(CONTACT_FRICTION)}")
         self.contact_friction = contact_friction
+        variant = variant or self.variants[0]
+        if variant not in self.variants:
+            raise UserError(f"{self.name} has no variant '{variant}'; valid: {', '.join(self.variants)}")
+        self.variant = variant
         self.num_envs = num_envs
         self.device = wp.get_device(device)
         self.torch_device = wp.device_to_torch(self.device)
