@@ -21,7 +21,7 @@ def tiny_neural_env(name: str, num_envs: int, env_mode: str = "neural", **kwargs
     return NeuralEnvironment(env, NeRDModel(sig.input_groups, sig.target_dim, TINY), env_mode)
 
 
-@pytest.mark.parametrize("name", ["Cartpole", "PendulumWithContact", "Ant"])
+@pytest.mark.parametrize("name", ["Cartpole", "PendulumWithContact", "Ant", "CubeToss"])
 def test_perfect_predictor_reproduces_ground_truth(name):
     """With the model replaced by the exact ground-truth target, neural rollouts equal ground-truth rollouts."""
     n, steps = 3, 15
