@@ -44,6 +44,11 @@ def main(argv: list[str] | None = None) -> None:
                         help="'data': the data-generation sampler, the release's protocol (default); "
                              "'task': the robot's task reset distribution")
     add_mass_matrix_refresh_arg(parser)
+    parser.add_argument("--variant", default=None,
+                        help="the ground truth's physical parameter set (e.g. CubeToss: sim, real); default: its first")
+    parser.add_argument("--evaluated-variant", default=None,
+                        help="with --env-mode ground-truth: evaluate this variant's ground truth against --variant's "
+                             "(e.g. the mismatched CubeToss 'sim' simulator against 'real')")
     parser.add_argument("--output", default=None, help="results JSON (a PNG of error vs step is written beside it)")
     add_common_args(parser, seed_default=500)
     add_viewer_args(parser)
@@ -70,7 +75,8 @@ def main(argv: list[str] | None = None) -> None:
     runs = [
         evaluate_passive(args.env_name, args.model_path, args.env_mode, args.num_envs, args.num_rollouts,
                          args.rollout_horizon, args.seed, config, resolve_device(args.device),
-                         initial_states=args.initial_states, mass_matrix_refresh=args.mass_matrix_refresh)
+                         initial_states=args.initial_states, mass_matrix_refresh=args.mass_matrix_refresh,
+                         variant=args.variant, evaluated_variant=args.evaluated_variant)
         for config in configs
     ]
     for results in runs:

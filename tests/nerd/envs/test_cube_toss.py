@@ -118,3 +118,25 @@ def test_real_variant_is_a_mismatched_material():
         for _ in range(74):
             env.step(torch.zeros(2, 0))
     assert (sim.get_states()[:, :2] - real.get_states()[:, :2]).norm(dim=1).min() > 0.01
+
+
+def test_mismatched_simulator_evaluation_and_real_dataset_attributes(tmp_path):
+    """The "sim" ground truth evaluated against the "real" one has a non-zero error (against itself: zero), and a
+    dataset generated from the "real" variant names itself so; the whole pipeline takes (N, 0) torques."""
+    import h5py
+
+    from nerd.evaluation import evaluate_passive
+    from nerd.generation import GenerationConfig, generate_dataset
+
+    common = dict(env_name="CubeToss", model_path=None, env_mode="ground-truth", num_envs=4, num_rollouts=4,
+                  horizon=30, seed=500, progress=False, variant="real")
+    same = evaluate_passive(**common)
+    mismatched = evaluate_passive(**common, evaluated_variant="sim")
+    assert same["metrics"]["base_position_error"] == 0.0
+    assert mismatched["metrics"]["base_position_error"] > 1e-3
+    assert (mismatched["variant"], mismatched["evaluated_variant"]) == ("real", "sim")
+    path = generate_dataset(GenerationConfig("CubeToss", 200, trajectory_length=20, num_envs=10, passive=True,
+                                             variant="real"), tmp_path / "real.hdf5", progress=False).path
+    with h5py.File(path) as f:
+        assert f.attrs["variant"] == "real" and f.attrs["joint_act_dim"] == 0
+        assert f["data/joint_acts"].shape[-1] == 0
