@@ -53,6 +53,15 @@ def add_mass_matrix_refresh_arg(parser: argparse.ArgumentParser) -> None:
                              "release's for CubeToss); default: the robot's own")
 
 
+def add_robot_variant_arg(parser: argparse.ArgumentParser) -> None:
+    """Add ``--robot-variant NAME``: the variant of robots that define several (Anymal, CubeToss)."""
+    parser.add_argument("--robot-variant", default=None,
+                        help="variant of robots that have several: Anymal 'physical' (default: joints and bodies "
+                             "aligned) or 'release' (the release's scrambled mass matrix, robots.md §1.3); CubeToss "
+                             "'sim' (default: the release's contact) or 'real' (a mismatched contact standing in for "
+                             "real tosses)")
+
+
 def add_overrides_arg(parser: argparse.ArgumentParser, example: str) -> None:
     """Add ``--cfg-overrides KEY=VALUE ...`` (applied to the YAML before validation; ``example`` shows the form)."""
     parser.add_argument("--cfg-overrides", nargs="*", default=[], metavar="KEY=VALUE",
@@ -149,5 +158,5 @@ def run_main(main: Callable[[], None]) -> None:
         sys.exit(1)
 
 
-__all__ = ["HelpFormatter", "add_common_args", "add_mass_matrix_refresh_arg", "add_overrides_arg", "check_json_output",
-           "check_output", "make_parser", "resolve_device", "run_main"]
+__all__ = ["HelpFormatter", "add_common_args", "add_mass_matrix_refresh_arg", "add_overrides_arg",
+           "add_robot_variant_arg", "check_json_output", "check_output", "make_parser", "resolve_device", "run_main"]

@@ -100,18 +100,19 @@ def rollout(nenv: NeuralEnvironment, initial_states: torch.Tensor, horizon: int,
 def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_envs: int, num_rollouts: int,
                      horizon: int, seed: int, contact_config: int | None = None, device: str = "cpu",
                      progress: bool = True, initial_states: str = "data",
-                     mass_matrix_refresh: str | None = None, variant: str | None = None,
-                     evaluated_variant: str | None = None) -> dict[str, Any]:
+                     mass_matrix_refresh: str | None = None, robot_variant: str | None = None,
+                     evaluated_robot_variant: str | None = None) -> dict[str, Any]:
     """Passive-motion errors of ``env_mode`` against the ground truth over ``num_rollouts`` trajectories.
 
     Args:
         initial_states: One of :data:`INITIAL_STATES`: ``"data"`` (the release's protocol) or ``"task"``.
         mass_matrix_refresh: The ground truth's Featherstone mass-matrix refresh; None for the robot's default.
-        variant: The ground truth's physical variant (``Environment.variants``, e.g. CubeToss ``"real"``); None for
-            the robot's default.
-        evaluated_variant: In ground-truth mode, evaluate *another* variant's ground truth against it (e.g. the
+        robot_variant: The ground truth's variant (``Environment.robot_variants``: Anymal ``"physical"`` or
+            ``"release"``, CubeToss ``"sim"`` or ``"real"``); None for the robot's default.
+        evaluated_robot_variant: In ground-truth mode, evaluate *another* variant's ground truth against it (e.g. the
             CubeToss ``"sim"`` simulator against its ``"real"`` data: the error of a mismatched analytical model);
-            None evaluates the same variant. Neural mode ignores physics variants (the model is the dynamics).
+            None evaluates the same variant. In neural mode the model is the dynamics; a model of another variant
+            is accepted only where the robot's variants are interchangeable (CubeToss).
 
     Returns:
         A JSON-ready dict: settings, ``metrics`` (mean over all steps and trajectories), ``metrics_by_horizon``
@@ -126,26 +127,27 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
         raise UserError("--num-envs, --num-rollouts and --rollout-horizon must be positive")
     if env_mode == NEURAL and model_path is None:
         raise UserError("--env-mode neural needs --model-path")
-    if evaluated_variant is not None and env_mode != GROUND_TRUTH:
-        raise UserError("--evaluated-variant compares two ground truths: it needs --env-mode ground-truth")
+    if evaluated_robot_variant is not None and env_mode != GROUND_TRUTH:
+        raise UserError("--evaluated-robot-variant compares two ground truths: it needs --env-mode ground-truth")
     num_envs = min(num_envs, num_rollouts)
     horizons = sorted({h for h in REPORT_HORIZONS if h < horizon} | {horizon})
     # Lower bounds of what grows with the request (a one-env copy gives the state width), checked before any of
     # it is allocated: both simulators' rollouts of a batch, float32 and stacked once; per-trajectory means of at
     # least two metrics, float64.
-    state_dim = make_env(env_name, 1, contact_config=contact_config).state_dim
+    state_dim = make_env(env_name, 1, contact_config=contact_config, robot_variant=robot_variant).state_dim
     check_memory(3 * (horizon + 1) * num_envs * state_dim * 4 + 2 * len(horizons) * num_rollouts * 8,
                  f"evaluating {num_rollouts:,} rollouts of {horizon:,} steps in batches of {num_envs:,} envs",
                  device, "lower --num-envs, --num-rollouts or --rollout-horizon")
     env = make_env(env_name, num_envs, device=device, contact_config=contact_config,
-                   mass_matrix_refresh=mass_matrix_refresh, variant=variant)
+                   mass_matrix_refresh=mass_matrix_refresh, robot_variant=robot_variant)
     sample = initial_state_sampler(env, initial_states)
     nenv = (NeuralEnvironment.from_checkpoint(env, model_path, env_mode=GROUND_TRUTH) if model_path
             else NeuralEnvironment(env, None, env_mode=GROUND_TRUTH))
     evaluated = nenv
-    if evaluated_variant is not None and evaluated_variant != env.variant:
+    if evaluated_robot_variant is not None and evaluated_robot_variant != env.robot_variant:
         evaluated = NeuralEnvironment(make_env(env_name, num_envs, device=device, contact_config=contact_config,
-                                               mass_matrix_refresh=mass_matrix_refresh, variant=evaluated_variant),
+                                               mass_matrix_refresh=mass_matrix_refresh,
+                                               robot_variant=evaluated_robot_variant),
                                       None, env_mode=GROUND_TRUTH)
     generator = torch.Generator().manual_seed(seed)
     sums: dict[str, torch.Tensor] = {}
@@ -199,8 +201,8 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
         "initial_states": initial_states,
         "mass_matrix_refresh": env.mass_matrix_refresh,
         "contact_friction": env.contact_friction,
-        "variant": env.variant,
-        "evaluated_variant": evaluated.env.variant,
+        "robot_variant": env.robot_variant,
+        "evaluated_robot_variant": evaluated.env.robot_variant,
         "metrics": {name: float(v.mean()) for name, v in per_step.items() if name != "per_dof"},
         "metrics_by_horizon": {
             str(h): {name: float(v[:h].mean()) for name, v in per_step.items() if name != "per_dof"} for h in horizons
@@ -220,10 +222,10 @@ def format_results(results: dict[str, Any]) -> str:
     """A text table of the metrics of one evaluation."""
     by_horizon = results["metrics_by_horizon"]
     variants = ""
-    if results.get("variant", "default") != "default":
-        evaluated = results.get("evaluated_variant")
-        variants = (f" ('{evaluated}' vs '{results['variant']}')" if results["env_mode"] == GROUND_TRUTH
-                    else f" ('{results['variant']}')")
+    if results.get("robot_variant"):
+        evaluated = results.get("evaluated_robot_variant", results["robot_variant"])
+        variants = (f" ('{evaluated}' vs '{results['robot_variant']}')" if results["env_mode"] == GROUND_TRUTH
+                    else f" ('{results['robot_variant']}')")
     lines = [
         f"{results['env_name']} passive motion, {results['env_mode']} vs ground truth{variants}: "
         f"{results['num_rollouts']} rollouts x {results['rollout_horizon']} steps (seed {results['seed']}, "

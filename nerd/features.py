@@ -13,12 +13,13 @@ Pure torch, engine-free: the same code runs on dataset batches and on live simul
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from nerd.envs import env_class
 from nerd.errors import UserError
 from nerd.representation import (
     StateLayout,
@@ -47,6 +48,8 @@ class RobotSignature:
     states_frame: str
     contact_count: int
     joint_act_dim: int
+    robot_variant: str = ""
+    """The robot model's variant (``Anymal``: ``physical`` or ``release``); empty for robots with one model."""
 
     @property
     def layout(self) -> StateLayout:
@@ -86,6 +89,8 @@ class RobotSignature:
             floating_base=bool(d["floating_base"]), continuous_q_indices=tuple(d["continuous_q_indices"]),
             states_frame=str(d["states_frame"]), contact_count=int(d["contact_count"]),
             joint_act_dim=int(d["joint_act_dim"]),
+            # Files written before variants existed hold robots with a single model.
+            robot_variant=str(d.get("robot_variant", "")),
         )
 
     def check_compatible(self, other: RobotSignature, what: str = "checkpoint") -> None:
@@ -94,8 +99,23 @@ class RobotSignature:
             return
         if other.env_name != self.env_name:
             raise UserError(f"the {what} is for robot {self.env_name}, not {other.env_name}")
+        if other.robot_variant != self.robot_variant and _variants_interchangeable(self.env_name):
+            # The same robot under other physics (CubeToss "sim" / "real"): only the layout has to match.
+            if replace(other, robot_variant=self.robot_variant) == self:
+                return
+        elif other.robot_variant != self.robot_variant:
+            raise UserError(f"the {what} is for the {self.env_name} variant '{self.robot_variant}', but the "
+                            f"environment is the '{other.robot_variant}' variant (choose it with --robot-variant)")
         diffs = [f"{k} {v} vs {getattr(other, k)}" for k, v in asdict(self).items() if getattr(other, k) != v]
         raise UserError(f"the {what}'s state/contact layout does not match the environment: {', '.join(diffs)}")
+
+
+def _variants_interchangeable(env_name: str) -> bool:
+    """The robot's :attr:`~nerd.envs.environment.Environment.robot_variants_interchangeable` (False if unknown)."""
+    try:
+        return env_class(env_name).robot_variants_interchangeable
+    except UserError:
+        return False
 
 
 def signature_of_env(env) -> RobotSignature:
@@ -103,7 +123,7 @@ def signature_of_env(env) -> RobotSignature:
     return RobotSignature(
         env_name=env.name, dof_q=env.dof_q, dof_qd=env.dof_qd, floating_base=env.floating_base,
         continuous_q_indices=tuple(env.continuous_q_indices), states_frame=env.states_frame,
-        contact_count=env.contact_count, joint_act_dim=env.act_dim,
+        contact_count=env.contact_count, joint_act_dim=env.act_dim, robot_variant=env.robot_variant,
     )
 
 

@@ -2,7 +2,10 @@
 
 Each batch resets all N envs to states drawn by the robot's sampler (spec §8), rolls them out for T frames
 with white-noise torques (or none with ``passive``), and appends the batch's finite trajectories to the HDF5
-file. Trajectories that contain NaN/inf or a coordinate beyond 1e5 are dropped and counted.
+file. Robots whose data goes through a controller (``random_control = "actions"``, ANYmal's PD law) instead draw
+random actions and controller parameters every frame; the file then holds the actions and the torques the
+controller produced (``joint_acts``); ``passive`` gives them zero actions at the controller's default gains.
+Trajectories that contain NaN/inf or a coordinate beyond 1e5 are dropped and counted.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ class GenerationConfig:
     seed: int = 0
     """Seed of the initial states, torques and ground planes."""
     passive: bool = False
-    """Zero torques instead of white noise."""
+    """Zero torques instead of white noise (zero actions through the controller for ``"actions"`` robots)."""
     contact_config: int | None = None
     """Fixed ground configuration (pendulum); None draws a random plane per trajectory for the pendulum."""
     solver: str | None = None
@@ -52,9 +55,9 @@ class GenerationConfig:
     """Featherstone's mass-matrix refresh, ``"frame"`` or ``"substep"``; None for the robot's default (frame)."""
     contact_friction: str | None = None
     """Ground-contact friction law, ``"coulomb"`` or ``"huber"``; None for the robot's default."""
-    variant: str | None = None
-    """The robot's physical parameter set (``Environment.variants``, e.g. CubeToss ``"real"``); None for its
-    default. Recorded in the file's attributes as ``variant``."""
+    robot_variant: str | None = None
+    """Variant of robots with several (Anymal: ``"physical"``, ``"release"``; CubeToss: ``"sim"``, ``"real"``); None
+    for the default. Recorded in the file's attributes (the robot signature's ``robot_variant``)."""
     compression: str | None = "lzf"
     """HDF5 compression filter: ``"lzf"`` (about half the size, a few % slower), ``"gzip"`` or None."""
 
@@ -86,13 +89,16 @@ class GenerationSummary:
 
 
 def _field_shapes(env) -> dict[str, tuple[int, ...]]:
-    """Per-step shape of every dataset field for ``env``'s robot."""
+    """Per-step shape of every dataset field for ``env``'s robot (``actions`` where a controller sits between)."""
     c = env.contact_count
-    return {
+    shapes = {
         "states": (env.state_dim,), "next_states": (env.state_dim,), "joint_acts": (env.act_dim,),
         "contact_normals": (c, 3), "contact_points_0": (c, 3), "contact_points_1": (c, 3),
         "contact_depths": (c,), "contact_thicknesses": (c,), "gravity_dir": (3,), "root_body_q": (7,),
     }
+    if env.random_control == "actions":
+        shapes["actions"] = (env.action_dim,)
+    return shapes
 
 
 def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu", progress: bool = True
@@ -106,7 +112,8 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
     num_envs = min(cfg.num_envs, num_trajectories)
     n, T = num_envs, cfg.trajectory_length
     # Sizes first, from a one-env copy of the robot, so that a 10^9-sized request is refused before it allocates.
-    field_shapes = _field_shapes(make_env(cfg.env_name, 1, contact_config=cfg.contact_config))
+    field_shapes = _field_shapes(make_env(cfg.env_name, 1, contact_config=cfg.contact_config,
+                                          robot_variant=cfg.robot_variant))
     row_bytes = 4 * sum(math.prod(shape) for shape in field_shapes.values())  # float32, one transition
     check_memory(3 * n * T * row_bytes, f"generating with {n} envs x {T} steps", device,
                  "lower --num-envs or --trajectory-length")
@@ -115,7 +122,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
                f"a dataset of {num_trajectories * T:,} transitions", Path(path).parent, "lower --num-transitions")
     env = make_env(cfg.env_name, num_envs, device=device, solver=cfg.solver, contact_config=cfg.contact_config,
                    mass_matrix_refresh=cfg.mass_matrix_refresh, contact_friction=cfg.contact_friction,
-                   variant=cfg.variant)
+                   robot_variant=cfg.robot_variant)
     random_planes = cfg.contact_config is None and hasattr(env, "sample_ground_planes")
     generator = torch.Generator().manual_seed(cfg.seed)
     # The robot signature is what a model trained on the file is checked against; it is written from one place.
@@ -123,7 +130,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
         **signature_of_env(env).to_dict(), "state_dim": env.state_dim,
         "engine": "newton", "newton_version": newton.__version__, "warp_version": wp.config.version,
         "solver": env.solver_name, "mass_matrix_refresh": env.mass_matrix_refresh,
-        "contact_friction": env.contact_friction, "variant": env.variant, "frame_dt": env.frame_dt,
+        "contact_friction": env.contact_friction, "frame_dt": env.frame_dt,
         "sim_substeps": env.sim_substeps,
         "trajectory_length": T, "seed": cfg.seed, "generator_settings": asdict(cfg),
         "random_ground_planes": random_planes,
@@ -146,9 +153,19 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
                     env.set_ground_planes(normals, points)
                 for t in range(T):
                     _record_step(env, buffers, t, gravity, None if t == 0 else buffers["next_states"][t - 1])
-                    torques = (torch.zeros(n, env.act_dim, device=env.torch_device) if cfg.passive
-                               else env.sample_random_torques(n, generator))
-                    env.step_with_joint_act(torques)
+                    if env.random_control == "actions":
+                        # Random actions through the robot's controller (randomised per frame); record both.
+                        if not cfg.passive:
+                            env.randomize_controller(generator)
+                        actions = (torch.zeros(n, env.action_dim, device=env.torch_device) if cfg.passive
+                                   else env.sample_random_actions(n, generator))
+                        env.step(actions)
+                        buffers["actions"][t] = actions
+                        torques = env.joint_acts
+                    else:
+                        torques = (torch.zeros(n, env.act_dim, device=env.torch_device) if cfg.passive
+                                   else env.sample_random_torques(n, generator))
+                        env.step_with_joint_act(torques)
                     buffers["joint_acts"][t] = torques
                     buffers["next_states"][t] = env.get_states()
                     bar.update(n)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from nerd.envs.environment import Environment
 from nerd.errors import UserError
 
-ENV_NAMES = ("Cartpole", "PendulumWithContact", "Ant", "CubeToss")
+ENV_NAMES = ("Cartpole", "PendulumWithContact", "Ant", "Anymal", "CubeToss")
 
 
 def env_class(name: str) -> type[Environment]:
@@ -24,6 +24,8 @@ def env_class(name: str) -> type[Environment]:
         from nerd.envs.pendulum import PendulumWithContact as cls
     elif name == "Ant":
         from nerd.envs.ant import Ant as cls
+    elif name == "Anymal":
+        from nerd.envs.anymal import Anymal as cls
     elif name == "CubeToss":
         from nerd.envs.cube_toss import CubeToss as cls
     else:
@@ -33,7 +35,7 @@ def env_class(name: str) -> type[Environment]:
 
 def make_env(name: str, num_envs: int, device: str = "cpu", solver: str | None = None, use_graph: bool = True,
              contact_config: int | None = None, mass_matrix_refresh: str | None = None,
-             contact_friction: str | None = None, variant: str | None = None) -> Environment:
+             contact_friction: str | None = None, robot_variant: str | None = None) -> Environment:
     """Build robot ``name`` with ``num_envs`` copies and its fixed-size ground contacts.
 
     Args:
@@ -43,13 +45,18 @@ def make_env(name: str, num_envs: int, device: str = "cpu", solver: str | None =
             None keeps the robot's default (see :data:`nerd.envs.environment.MASS_MATRIX_REFRESH`).
         contact_friction: Ground-contact friction law, ``"coulomb"`` (Newton's) or ``"huber"`` (warp.sim's);
             None keeps the robot's default (see :data:`nerd.envs.environment.CONTACT_FRICTION`).
-        variant: One of the robot's named physical parameter sets (``cls.variants``); None keeps its default.
+        robot_variant: One of the robot's :attr:`~nerd.envs.environment.Environment.robot_variants` (``Anymal``:
+            ``"physical"`` or ``"release"``; ``CubeToss``: ``"sim"`` or ``"real"``); None keeps the robot's default.
+            A robot without variants refuses one.
     """
     cls = env_class(name)
     if contact_config is not None and not hasattr(cls, "ground_plane"):
         raise UserError(f"{name} has a single ground; --contact-config applies to PendulumWithContact only")
+    if robot_variant is not None and not cls.robot_variants:
+        raise UserError(f"{name} has a single variant; --robot-variant applies to "
+                        f"{', '.join(n for n in ENV_NAMES if env_class(n).robot_variants)} only")
     env = cls(num_envs, device=device, solver=solver, use_graph=use_graph, mass_matrix_refresh=mass_matrix_refresh,
-              contact_friction=contact_friction, variant=variant)
+              contact_friction=contact_friction, robot_variant=robot_variant)
     if contact_config is not None:
         normal, point = cls.ground_plane(contact_config)
         env.set_ground_planes(normal.expand(num_envs, 3), point.expand(num_envs, 3))

@@ -27,11 +27,14 @@ Reset and data sampler (the release's ``reset_cube``; the generator always start
   [+-3.5] x [+-3.5] x [-1, 0.2] m/s, rotated to the world (Newton's free joint carries the COM velocity, which
   for a cube is its origin's: the release's twist v_o = p x w + R·nu has COM velocity R·nu).
 
-Variants (``variant``): ``"sim"`` is the release's cube above. ``"real"`` is a deliberately *mismatched* ground
+Variants (``robot_variant``): ``"sim"`` is the release's cube above. ``"real"`` is a deliberately *mismatched* ground
 truth standing in for the paper's real toss data (which is not public), for the fine-tuning demonstration
-(docs/finetune.md): twice the friction coefficient (mu 0.3), a 3x stiffer contact spring (ke 3e4) and a 10x
-weaker contact damper (kd 1e2), so it slides less and bounces (the release's contact is overdamped and does
-not bounce). The variant is recorded in every dataset's attributes.
+(``bench/cube_finetune.py``, docs/results.md): twice the friction coefficient (mu 0.3), a 3x stiffer contact
+spring (ke 3e4) and a 10x weaker contact damper (kd 1e2), so it slides less and bounces (the release's contact
+is overdamped and does not bounce). Both are the same robot (same state, same 8 corners), so they are
+interchangeable for models (``robot_variants_interchangeable``): a sim-trained model may be fine-tuned on "real"
+data and evaluated against the "real" ground truth. The variant is still recorded in every dataset's and
+checkpoint's robot signature.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ CONTACT_THICKNESS = 1.0e-5  # [m] the release's thickness of the cube's box and 
 CORNER_SIGNS = tuple((sx, sy, sz) for sz in (-1, 1) for sy in (-1, 1) for sx in (-1, 1))
 """Corner i of the release's ``get_box_vertex``: x from bit 0, y from bit 1, z from bit 2 (-, +, -+ order)."""
 START_HEIGHT = 1.5 * HALF_EXTENT  # [m] the release's default joint_q z
-VARIANTS: dict[str, dict[str, float]] = {
+ROBOT_VARIANTS: dict[str, dict[str, float]] = {
     "sim": {"ke": 1.0e4, "kd": 1.0e3, "kf": 50.0, "mu": 0.15},
     "real": {"ke": 3.0e4, "kd": 1.0e2, "kf": 50.0, "mu": 0.3},
 }
@@ -85,7 +88,8 @@ class CubeToss(Environment):
     anchor_body = 0
     mass_matrix_refresh = "substep"
     contact_friction = "huber"
-    variants: ClassVar[tuple[str, ...]] = tuple(VARIANTS)
+    robot_variants: ClassVar[tuple[str, ...]] = tuple(ROBOT_VARIANTS)
+    robot_variants_interchangeable = True
     passive_metrics = {
         "base_position_error": ("position", ()),
         "base_orientation_error": ("orientation", ()),
@@ -93,7 +97,7 @@ class CubeToss(Environment):
 
     def build_robot(self, builder: newton.ModelBuilder) -> None:
         """Add the cube: one box on a free joint, with the variant's contact material."""
-        material = VARIANTS[self.variant]
+        material = ROBOT_VARIANTS[self.robot_variant]
         cfg = newton.ModelBuilder.ShapeConfig(density=DENSITY, margin=2.0 * CONTACT_THICKNESS, **material)
         cube = builder.add_link(xform=wp.transform((0.0, 0.0, START_HEIGHT), wp.quat_identity()), label="cube")
         builder.add_shape_box(cube, hx=HALF_EXTENT, hy=HALF_EXTENT, hz=HALF_EXTENT, cfg=cfg)

@@ -74,7 +74,8 @@ class Environment:
             path is kept for debugging and for differentiable use.
         mass_matrix_refresh: One of :data:`MASS_MATRIX_REFRESH`; None keeps the robot's default.
         contact_friction: One of :data:`CONTACT_FRICTION`; None keeps the robot's default.
-        variant: One of the robot's :attr:`variants` (its physical parameter sets); None keeps its first.
+        robot_variant: One of the robot's :attr:`robot_variants`; None keeps its first. A robot without variants
+            refuses one.
     """
 
     name: ClassVar[str] = ""
@@ -93,9 +94,21 @@ class Environment:
     """Default of :data:`MASS_MATRIX_REFRESH` for this robot (the release's: once per frame)."""
     contact_friction: ClassVar[str] = "coulomb"
     """Default of :data:`CONTACT_FRICTION` for this robot."""
-    variants: ClassVar[tuple[str, ...]] = ("default",)
-    """Named physical parameter sets of this robot, the default first (e.g. CubeToss's ``"sim"`` and its
-    deliberately mismatched ``"real"``); :meth:`build_robot` reads :attr:`variant`. Datasets record the variant."""
+    robot_variants: ClassVar[tuple[str, ...]] = ()
+    """Variants of the robot's model that a ``robot_variant`` argument chooses from, default first; empty for a
+    robot with one model (then :attr:`robot_variant` is ``""``)."""
+    robot_variant: str = ""
+    """The variant this env was built as (recorded in datasets' and checkpoints' robot signature)."""
+    robot_variants_interchangeable: ClassVar[bool] = False
+    """Whether a model or dataset of one variant may meet an environment of another. False (Anymal): the variants
+    are different robot models (body order, mass matrix), so a model of the other variant is refused. True
+    (CubeToss): the variants are the same robot (same state, same contact candidates) under different physics, so
+    a sim-trained model may be fine-tuned on, or evaluated against, "real" data; the signature still records the
+    variant each file was made with."""
+    random_control: ClassVar[str] = "torques"
+    """What data generation draws each frame: ``"torques"`` (:meth:`sample_random_torques`, white noise applied
+    directly) or ``"actions"`` (:meth:`sample_random_actions` through the robot's controller, after
+    :meth:`randomize_controller`; both the actions and the resulting torques are recorded)."""
     passive_metrics: ClassVar[dict[str, tuple[str, tuple[int, ...]]]] = {}
     """Passive-motion metrics (spec §9): name -> (kind, joint_q indices). Kinds: ``"abs"`` mean |dq| over the
     indices (wrapped for continuous joints), ``"position"`` base position distance, ``"orientation"`` base
@@ -103,7 +116,7 @@ class Environment:
 
     def __init__(self, num_envs: int, device: str = "cpu", solver: str | None = None, use_graph: bool = True,
                  mass_matrix_refresh: str | None = None, contact_friction: str | None = None,
-                 variant: str | None = None):
+                 robot_variant: str | None = None):
         if num_envs < 1:
             raise UserError(f"num_envs must be at least 1, got {num_envs}")
         solver = solver or self.default_solver
@@ -118,10 +131,14 @@ class Environment:
         if contact_friction not in CONTACT_FRICTION:
             raise UserError(f"unknown contact friction '{contact_friction}'; valid: {', '.join(CONTACT_FRICTION)}")
         self.contact_friction = contact_friction
-        variant = variant or self.variants[0]
-        if variant not in self.variants:
-            raise UserError(f"{self.name} has no variant '{variant}'; valid: {', '.join(self.variants)}")
-        self.variant = variant
+        if self.robot_variants:
+            robot_variant = robot_variant or self.robot_variants[0]
+            if robot_variant not in self.robot_variants:
+                raise UserError(f"unknown {self.name} variant '{robot_variant}'; "
+                                f"valid variants: {', '.join(self.robot_variants)}")
+            self.robot_variant = robot_variant
+        elif robot_variant:
+            raise UserError(f"{self.name} has a single variant; it takes no robot_variant ('{robot_variant}')")
         self.num_envs = num_envs
         self.device = wp.get_device(device)
         self.torch_device = wp.device_to_torch(self.device)
@@ -184,6 +201,13 @@ class Environment:
     def sample_random_torques(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """White-noise joint torques (n, act_dim) for data generation (spec §8)."""
         raise NotImplementedError
+
+    def sample_random_actions(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """Random policy actions (n, action_dim) for data generation of ``random_control = "actions"`` robots."""
+        raise NotImplementedError
+
+    def randomize_controller(self, generator: torch.Generator) -> None:
+        """Data generation: draw the controller's random parameters (e.g. PD gains) for the next frame."""
 
     def sample_reset_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """The robot's task reset (RL episodes, passive evaluation from task states): (n, dof_q + dof_qd), world.

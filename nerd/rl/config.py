@@ -76,6 +76,9 @@ class RLEnvConfig:
     """Featherstone's mass-matrix refresh, ``"frame"`` or ``"substep"``; None for the robot's default (frame)."""
     contact_friction: str | None = None
     """Ground-contact friction law, ``"coulomb"`` or ``"huber"``; None for the robot's default (coulomb)."""
+    robot_variant: str | None = None
+    """Variant of robots with several (Anymal: ``"physical"``, ``"release"``; CubeToss: ``"sim"``, ``"real"``); None
+    for the default."""
 
 
 @dataclass

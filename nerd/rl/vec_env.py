@@ -150,7 +150,8 @@ def make_vec_env(cfg: RLEnvConfig, device: str = "cpu", seed: int = 0) -> NeRDVe
     """
     cls = check_env_config(cfg)
     env = make_env(cfg.robot, cfg.num_envs, device=device, solver=cfg.solver,
-                   mass_matrix_refresh=cfg.mass_matrix_refresh, contact_friction=cfg.contact_friction)
+                   mass_matrix_refresh=cfg.mass_matrix_refresh, contact_friction=cfg.contact_friction,
+                   robot_variant=cfg.robot_variant)
     if cfg.env_mode == NEURAL:
         nenv = NeuralEnvironment.from_checkpoint(env, cfg.nerd_model_path, env_mode=NEURAL)
     else:

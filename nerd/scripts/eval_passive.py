@@ -16,6 +16,7 @@ With --viewer or --video the script shows one rollout (ground truth blue, NeRD o
 from nerd.cli import (
     add_common_args,
     add_mass_matrix_refresh_arg,
+    add_robot_variant_arg,
     check_json_output,
     make_parser,
     resolve_device,
@@ -44,11 +45,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="'data': the data-generation sampler, the release's protocol (default); "
                              "'task': the robot's task reset distribution")
     add_mass_matrix_refresh_arg(parser)
-    parser.add_argument("--variant", default=None,
-                        help="the ground truth's physical parameter set (e.g. CubeToss: sim, real); default: its first")
-    parser.add_argument("--evaluated-variant", default=None,
-                        help="with --env-mode ground-truth: evaluate this variant's ground truth against --variant's "
-                             "(e.g. the mismatched CubeToss 'sim' simulator against 'real')")
+    add_robot_variant_arg(parser)
+    parser.add_argument("--evaluated-robot-variant", default=None,
+                        help="with --env-mode ground-truth: evaluate this variant's ground truth against "
+                             "--robot-variant's (e.g. the mismatched CubeToss 'sim' simulator against 'real')")
     parser.add_argument("--output", default=None, help="results JSON (a PNG of error vs step is written beside it)")
     add_common_args(parser, seed_default=500)
     add_viewer_args(parser)
@@ -62,8 +62,8 @@ def main(argv: list[str] | None = None) -> None:
         shown = show_passive(args.env_name, args.model_path, args.env_mode, args.rollout_horizon, args.seed,
                              (args.contact_config or [None])[0], resolve_device(args.device),
                              initial_states=args.initial_states, mass_matrix_refresh=args.mass_matrix_refresh,
-                             viewer=args.viewer, output_path=args.output_path, video=args.video,
-                             video_size=args.video_size)
+                             robot_variant=args.robot_variant, viewer=args.viewer, output_path=args.output_path,
+                             video=args.video, video_size=args.video_size)
         wrote = f"; wrote {shown['path']}" if shown["path"] else ""
         print(f"{shown['frames']} frames in {shown['seconds']:.1f} s{wrote}")
         return
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
         evaluate_passive(args.env_name, args.model_path, args.env_mode, args.num_envs, args.num_rollouts,
                          args.rollout_horizon, args.seed, config, resolve_device(args.device),
                          initial_states=args.initial_states, mass_matrix_refresh=args.mass_matrix_refresh,
-                         variant=args.variant, evaluated_variant=args.evaluated_variant)
+                         robot_variant=args.robot_variant, evaluated_robot_variant=args.evaluated_robot_variant)
         for config in configs
     ]
     for results in runs:

@@ -12,6 +12,7 @@ from pathlib import Path
 from nerd.cli import (
     add_common_args,
     add_mass_matrix_refresh_arg,
+    add_robot_variant_arg,
     check_output,
     make_parser,
     resolve_device,
@@ -34,8 +35,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--contact-config", type=int, default=None, help="fixed pendulum ground configuration (0-6)")
     parser.add_argument("--solver", default=None, help="ground-truth solver (default: featherstone)")
     add_mass_matrix_refresh_arg(parser)
-    parser.add_argument("--variant", default=None,
-                        help="the robot's physical parameter set (e.g. CubeToss: sim, real); default: its first")
+    add_robot_variant_arg(parser)
     parser.add_argument("--compression", default="lzf", choices=["lzf", "gzip", "none"],
                         help="HDF5 compression")
     add_common_args(parser)
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = GenerationConfig(
         env_name=args.env_name, num_transitions=args.num_transitions, trajectory_length=args.trajectory_length,
         num_envs=args.num_envs, seed=args.seed, passive=args.passive, contact_config=args.contact_config,
-        solver=args.solver, mass_matrix_refresh=args.mass_matrix_refresh, variant=args.variant,
+        solver=args.solver, mass_matrix_refresh=args.mass_matrix_refresh, robot_variant=args.robot_variant,
         compression=None if args.compression == "none" else args.compression,
     )
     summary = generate_dataset(cfg, path, device=resolve_device(args.device))

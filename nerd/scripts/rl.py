@@ -20,7 +20,15 @@ import json
 import time
 from pathlib import Path
 
-from nerd.cli import add_common_args, add_overrides_arg, check_output, make_parser, resolve_device, run_main
+from nerd.cli import (
+    add_common_args,
+    add_overrides_arg,
+    add_robot_variant_arg,
+    check_output,
+    make_parser,
+    resolve_device,
+    run_main,
+)
 from nerd.errors import UserError
 from nerd.modes import ENV_MODES
 from nerd.rl.config import load_rl_config, run_config_of, with_num_envs
@@ -44,6 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--num-games", type=int, default=64, help="episodes to play back")
     parser.add_argument("--output", default=None, help="playback results JSON")
     parser.add_argument("--logdir", default=None, help="training run directory (default: runs/rl/<robot>__<task>__...)")
+    add_robot_variant_arg(parser)
     add_overrides_arg(parser, "params.config.mini_epochs=4")
     add_common_args(parser)
     add_viewer_args(parser)
@@ -57,6 +66,8 @@ def main(argv: list[str] | None = None) -> None:
         cfg.env.env_mode = args.env_mode
     if args.nerd_model_path is not None:
         cfg.env.nerd_model_path = args.nerd_model_path
+    if args.robot_variant is not None:
+        cfg.env.robot_variant = args.robot_variant
 
     if viewing_requested(args):
         check_viewer_args(args)

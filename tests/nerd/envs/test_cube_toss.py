@@ -21,7 +21,7 @@ def test_mass_inertia_and_release_defaults():
     np.testing.assert_allclose(env.model.body_inertia.numpy()[0], 0.00210695 * np.eye(3), rtol=1e-5, atol=1e-12)
     assert (env.dof_q, env.dof_qd, env.act_dim, env.action_dim) == (7, 6, 0, 0)
     assert env.sim_substeps == 20 and env.frame_dt == pytest.approx(1 / 148)
-    assert (env.mass_matrix_refresh, env.contact_friction, env.variant) == ("substep", "huber", "sim")
+    assert (env.mass_matrix_refresh, env.contact_friction, env.robot_variant) == ("substep", "huber", "sim")
     ke, kd, kf, mu = (env.model.shape_material_ke.numpy()[0], env.model.shape_material_kd.numpy()[0],
                       env.model.shape_material_kf.numpy()[0], env.model.shape_material_mu.numpy()[0])
     np.testing.assert_allclose([ke, kd, kf, mu], [1e4, 1e3, 50.0, 0.15], rtol=1e-6)
@@ -107,8 +107,8 @@ def test_reset_sampler_ranges_and_corners_above_ground():
 def test_real_variant_is_a_mismatched_material():
     """The "real" stand-in differs from the release's cube only in its contact material (mu 0.3, ke 3e4, kd 1e2),
     and from the same toss it ends elsewhere."""
-    sim, real = make_env("CubeToss", 2), make_env("CubeToss", 2, variant="real")
-    assert real.variant == "real"
+    sim, real = make_env("CubeToss", 2), make_env("CubeToss", 2, robot_variant="real")
+    assert real.robot_variant == "real"
     np.testing.assert_allclose(real.model.body_mass.numpy(), sim.model.body_mass.numpy())
     np.testing.assert_allclose([real.model.shape_material_mu.numpy()[0], real.model.shape_material_ke.numpy()[0],
                                 real.model.shape_material_kd.numpy()[0]], [0.3, 3e4, 1e2], rtol=1e-6)
@@ -129,14 +129,14 @@ def test_mismatched_simulator_evaluation_and_real_dataset_attributes(tmp_path):
     from nerd.generation import GenerationConfig, generate_dataset
 
     common = dict(env_name="CubeToss", model_path=None, env_mode="ground-truth", num_envs=4, num_rollouts=4,
-                  horizon=30, seed=500, progress=False, variant="real")
+                  horizon=30, seed=500, progress=False, robot_variant="real")
     same = evaluate_passive(**common)
-    mismatched = evaluate_passive(**common, evaluated_variant="sim")
+    mismatched = evaluate_passive(**common, evaluated_robot_variant="sim")
     assert same["metrics"]["base_position_error"] == 0.0
     assert mismatched["metrics"]["base_position_error"] > 1e-3
-    assert (mismatched["variant"], mismatched["evaluated_variant"]) == ("real", "sim")
+    assert (mismatched["robot_variant"], mismatched["evaluated_robot_variant"]) == ("real", "sim")
     path = generate_dataset(GenerationConfig("CubeToss", 200, trajectory_length=20, num_envs=10, passive=True,
-                                             variant="real"), tmp_path / "real.hdf5", progress=False).path
+                                             robot_variant="real"), tmp_path / "real.hdf5", progress=False).path
     with h5py.File(path) as f:
-        assert f.attrs["variant"] == "real" and f.attrs["joint_act_dim"] == 0
+        assert f.attrs["robot_variant"] == "real" and f.attrs["joint_act_dim"] == 0
         assert f["data/joint_acts"].shape[-1] == 0
