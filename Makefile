@@ -27,6 +27,8 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/bench_envs.py
 	$(PY) bench/bench_rl.py
+	$(PY) bench/profile_step.py --compile
+	$(PY) bench/bench_train.py
 
 clean:
 	rm -rf $(DEMO_DIR) .pytest_cache

@@ -1,15 +1,25 @@
-"""RL environment throughput: env-steps/s of NeRDVecEnv.step in neural and ground-truth mode.
+"""RL environment throughput against the FLOP floor: env-steps/s in neural and ground-truth mode.
 
 One env-step = one frame of one env, including what an RL step does besides physics: the task's reward,
-termination and observation, and the resets of finished envs. Policy inference is excluded (actions are random
-and drawn beforehand). Ground truth is Featherstone with the captured frame graph and no NeRD model attached;
-neural mode uses an untrained NeRD model of a given size (throughput does not depend on the weights), or a
-trained Cartpole checkpoint with ``--cartpole-model``.
+termination and observation, and the resets of finished envs (``NeRDVecEnv.step``). Robots without an RL task
+(PendulumWithContact) are timed on ``NeuralEnvironment.step_with_joint_act`` with random torques instead.
+Policy inference is excluded (actions are random and drawn beforehand). Ground truth is Featherstone with the
+captured frame graph and no NeRD model attached.
+
+Neural models: the shipped checkpoint where there is one (Cartpole, PendulumWithContact), otherwise a randomly
+initialised model of the robot's CPU training config (``cfg/train/<robot>/cpu.yaml``; throughput does not depend
+on the weights).
+
+FLOP floor: the model's FLOPs per env-step (torch's FlopCounterMode on the integrator's per-step prediction:
+matmuls and attention) and the machine's float32 matmul rate (1024 x 1024), measured with the same torch thread
+count (default 1) in samples that alternate with the ground-truth and neural samples of the same row, so that a
+change of load on a shared machine hits all three alike. Floor = rate / FLOPs per env-step; "share" = neural
+env-steps/s / floor. Each rate is the best of ``--repeats`` samples (median also stored).
 
 Writes ``bench/results/rl.json`` (``rl_quick.json`` with ``--quick``) and prints a Markdown table.
 
 Example:
-    python bench/bench_rl.py            # Cartpole N = 64, 512, 2048; Ant N = 16, 64, 256 (several minutes)
+    python bench/bench_rl.py            # Cartpole, PendulumWithContact, Ant at N = 64, 512, 2048
     python bench/bench_rl.py --quick    # small sizes and tiny models, about a minute
 """
 
@@ -17,7 +27,6 @@ import argparse
 import json
 import os
 import platform
-import time
 from pathlib import Path
 
 import torch
@@ -31,91 +40,148 @@ from nerd.models.nerd_model import NeRDModel
 from nerd.models.transformer import TransformerConfig
 from nerd.modes import GROUND_TRUTH, NEURAL
 from nerd.neural_environment import NeuralEnvironment
+from nerd.perf import count_flops, matmul_rate, time_alternating
 from nerd.rl.tasks import make_task
 from nerd.rl.vec_env import NeRDVecEnv
 from nerd.run_dir import write_text_atomic
 from nerd.training import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
-# Untrained NeRD models timed in neural mode: the project's CPU-sized Cartpole model (cfg/train/Cartpole/cpu.yaml)
-# and the release's Ant size (spec §7: 6 layers, 12 heads, n_embd 384, block 32).
-FULL_MODELS = {
-    "Cartpole": lambda: load_config(REPO / "cfg/train/Cartpole/cpu.yaml", TrainConfig).model,
-    "Ant": lambda: ModelConfig(transformer=TransformerConfig(n_layer=6, n_head=12, n_embd=384, block_size=32)),
-}
-TINY_MODEL = ModelConfig(transformer=TransformerConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, head_hidden=[16]))
+ROBOTS = ("Cartpole", "PendulumWithContact", "Ant", "Anymal")
 TASKS = {"Cartpole": "swingup", "Ant": "run"}
+"""The RL task timed per robot; a robot without one is timed on passive stepping with random torques."""
+SHIPPED = {name: REPO / "pretrained_models" / "NeRD_models" / name / "model.pt"
+           for name in ("Cartpole", "PendulumWithContact")}
+TINY_MODEL = ModelConfig(transformer=TransformerConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, head_hidden=[16]))
 
 
-def build_vec_env(robot: str, num_envs: int, mode: str, model_cfg: ModelConfig | None, model_path: str | None,
-                  device: str) -> NeRDVecEnv:
-    """A vec env of the robot's benchmark task in ``mode``."""
+class PassiveStepper:
+    """``step(torques)`` of a NeuralEnvironment, shaped like the vec env for the timing loop."""
+
+    def __init__(self, nenv: NeuralEnvironment):
+        self.nenv, self.num_envs, self.device = nenv, nenv.num_envs, nenv.torch_device
+        self.action_dim = nenv.env.act_dim
+
+    def reset(self) -> None:
+        self.nenv.reset(generator=torch.Generator().manual_seed(0))
+
+    def step(self, torques: torch.Tensor) -> None:
+        self.nenv.step_with_joint_act(torques)
+
+
+def build_stepper(robot: str, num_envs: int, mode: str, quick: bool, device: str) -> tuple[object, str]:
+    """The vec env (or passive stepper) of ``robot`` in ``mode`` and a description of its neural model."""
     env = make_env(robot, num_envs, device=device)
+    desc = ""
     if mode == GROUND_TRUTH:
         nenv = NeuralEnvironment(env, None, GROUND_TRUTH)
-    elif model_path:
-        nenv = NeuralEnvironment.from_checkpoint(env, model_path, NEURAL)
+    elif not quick and robot in SHIPPED:
+        nenv = NeuralEnvironment.from_checkpoint(env, SHIPPED[robot], NEURAL)
+        desc = f"shipped {SHIPPED[robot].relative_to(REPO)}"
     else:
         sig = signature_of_env(env)
-        nenv = NeuralEnvironment(env, NeRDModel(sig.input_groups, sig.target_dim, model_cfg), NEURAL)
-    return NeRDVecEnv(nenv, make_task(robot, TASKS[robot], num_envs, nenv.torch_device), seed=0)
+        # A robot without a CPU config of its own (Anymal) takes the Ant's, the other legged robot's.
+        cfg_path = next(p for p in (f"cfg/train/{robot}/cpu.yaml", "cfg/train/Ant/cpu.yaml") if (REPO / p).is_file())
+        cfg = TINY_MODEL if quick else load_config(REPO / cfg_path, TrainConfig).model
+        torch.manual_seed(0)
+        nenv = NeuralEnvironment(env, NeRDModel(sig.input_groups, sig.target_dim, cfg), NEURAL)
+        t = cfg.transformer
+        desc = f"random init, {t.n_layer}x{t.n_embd}" + (" (tiny)" if quick else f" ({cfg_path} size)")
+    if robot not in TASKS:
+        return PassiveStepper(nenv), desc
+    return NeRDVecEnv(nenv, make_task(robot, TASKS[robot], num_envs, nenv.torch_device), seed=0), desc
+
+
+def flops_per_env_step(stepper) -> float:
+    """FLOPs of one neural step's prediction per env (matmuls and attention)."""
+    integ = stepper.nenv.integrator
+    with torch.inference_mode():
+        return count_flops(integ.predict_targets) / integ.num_envs
+
+
+MATMUL_SIZE = 1024
+"""Side of the square float32 matmul whose rate defines the floor."""
 
 
 @torch.no_grad()
-def env_steps_per_second(vec_env: NeRDVecEnv, min_seconds: float) -> float:
-    """Env-steps/s of ``vec_env.step`` with pre-drawn random actions (after 2 warm-up steps)."""
+def row_rates(steppers: dict[str, object], seconds: float, repeats: int, device: str) -> dict[str, dict[str, float]]:
+    """Env-steps/s of each stepper and the matmul rate [FLOP/s], their samples in alternation (a change of load on
+    a shared machine hits all of them alike): name -> best and median of ``repeats`` samples.
+
+    Actions are random and drawn beforehand; warm-up steps fill the NeRD history first.
+    """
     gen = torch.Generator().manual_seed(0)
-    actions = [2 * torch.rand(vec_env.num_envs, vec_env.action_space.shape[0], generator=gen) - 1 for _ in range(64)]
-    actions = [a.to(vec_env.device) for a in actions]
-    vec_env.reset()
-    for a in actions[:2]:
-        vec_env.step(a)
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < min_seconds:
-        vec_env.step(actions[steps % len(actions)])
-        steps += 1
-    vec_env.nenv.synchronize()
-    return steps * vec_env.num_envs / (time.perf_counter() - start)
+    fns = {}
+    for name, stepper in steppers.items():
+        width = stepper.action_space.shape[0] if hasattr(stepper, "action_space") else stepper.action_dim
+        actions = [(2 * torch.rand(stepper.num_envs, width, generator=gen) - 1).to(stepper.device) for _ in range(64)]
+        stepper.reset()
+        for a in actions[:12]:
+            stepper.step(a)
+        counter = iter(range(10**12))
+        fns[name] = lambda stepper=stepper, actions=actions, counter=counter: stepper.step(
+            actions[next(counter) % len(actions)])
+    a, b = (torch.randn(MATMUL_SIZE, MATMUL_SIZE, generator=gen).to(device) for _ in range(2))
+    product = torch.empty(MATMUL_SIZE, MATMUL_SIZE, device=device)
+    fns["matmul"] = lambda: torch.mm(a, b, out=product)
+    times = time_alternating(fns, repeats, seconds / repeats, device)
+    rates = {name: {"best": steppers[name].num_envs / t["best"], "median": steppers[name].num_envs / t["median"]}
+             for name, t in times.items() if name != "matmul"}
+    flops = 2.0 * MATMUL_SIZE**3
+    rates["matmul"] = {"best": flops / times["matmul"]["best"], "median": flops / times["matmul"]["median"]}
+    return rates
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--quick", action="store_true", help="small env counts and tiny models")
-    parser.add_argument("--cartpole-model", default=None, help="time a trained Cartpole NeRD checkpoint instead")
+    parser.add_argument("--robots", nargs="+", default=list(ROBOTS), choices=ROBOTS)
+    parser.add_argument("--num-envs", type=int, nargs="+", default=None, help="env counts (default 64 512 2048)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--seconds", type=float, default=None, help="timed seconds per measurement (default 4)")
+    parser.add_argument("--repeats", type=int, default=4, help="samples per measurement (best and median kept)")
     parser.add_argument("--output", default=None, help="results JSON (default: bench/results/rl.json)")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
-    sizes = {"Cartpole": (16, 64), "Ant": (4, 16)}
-    if not args.quick:
-        sizes = {"Cartpole": (64, 512, 2048), "Ant": (16, 64, 256)}
-    min_seconds = 0.5 if args.quick else 3.0
+    counts = args.num_envs or ((16, 64) if args.quick else (64, 512, 2048))
+    seconds = args.seconds or (0.5 if args.quick else 4.0)
     output = Path(args.output or REPO / "bench" / "results" / ("rl_quick.json" if args.quick else "rl.json"))
+    rate = matmul_rate(device, repeats=args.repeats)
     results = {"device": device, "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
                "torch_threads": torch.get_num_threads(), "quick": args.quick, "policy_inference": "excluded",
                "rows": []}
-    for robot, counts in sizes.items():
-        model_cfg = TINY_MODEL if args.quick else FULL_MODELS[robot]()
-        model_path = args.cartpole_model if robot == "Cartpole" else None
-        model_desc = (f"checkpoint {model_path}" if model_path else
-                      f"untrained transformer {model_cfg.transformer.n_layer}x{model_cfg.transformer.n_embd}")
+    for robot in args.robots:
         for n in counts:
-            row = {"robot": robot, "task": TASKS[robot], "num_envs": n, "neural_model": model_desc}
+            row = {"robot": robot, "task": TASKS.get(robot, "passive (random torques)"), "num_envs": n}
+            steppers = {}
             for mode in (GROUND_TRUTH, NEURAL):
-                vec_env = build_vec_env(robot, n, mode, model_cfg, model_path, device)
-                row[mode] = env_steps_per_second(vec_env, min_seconds)
+                steppers[mode], desc = build_stepper(robot, n, mode, args.quick, device)
+            row["neural_model"], row["flops_per_env_step"] = desc, flops_per_env_step(steppers[NEURAL])
+            rates = row_rates(steppers, seconds, args.repeats, device)
+            row["matmul_flops_per_s"] = rates.pop("matmul")
+            row.update(rates)
+            del steppers
             results["rows"].append(row)
-            print(f"{robot:<9} N={n:<5} ground truth {row[GROUND_TRUTH]:>11,.0f}  neural {row[NEURAL]:>11,.0f} "
-                  f"env-steps/s", flush=True)
+            print(f"{robot:<19} N={n:<5} ground truth {row[GROUND_TRUTH]['best']:>11,.0f}  "
+                  f"neural {row[NEURAL]['best']:>11,.0f} env-steps/s", flush=True)
+    results["matmul_flops_per_s_alone"] = {"before": rate, "after": matmul_rate(device, repeats=args.repeats)}
+    for row in results["rows"]:
+        row["floor_env_steps_per_s"] = row["matmul_flops_per_s"]["best"] / row["flops_per_env_step"]
+        row["floor_share"] = row[NEURAL]["best"] / row["floor_env_steps_per_s"]
     output.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(output, json.dumps(results, indent=2))
-    print(f"\nRL env-steps/s on {results['machine']} ({device}, {results['torch_threads']} torch threads), "
-          "policy inference excluded\n")
-    print("| robot / task | N | ground truth | neural | neural / GT | neural model |\n|---|---|---|---|---|---|")
+    print(f"\nRL env-steps/s on {results['machine']} ({device}, {results['torch_threads']} torch thread(s)), policy "
+          f"inference excluded; best of {args.repeats} samples, ground truth, neural and matmul alternating\n")
+    print("| robot / task | N | ground truth | neural | neural / GT | model MFLOP per env-step | matmul GFLOP/s | "
+          "FLOP floor | share of floor | neural model |\n|---|---|---|---|---|---|---|---|---|---|")
     for row in results["rows"]:
-        gt, neural = row[GROUND_TRUTH], row[NEURAL]
+        gt, neural = row[GROUND_TRUTH]["best"], row[NEURAL]["best"]
         print(f"| {row['robot']} {row['task']} | {row['num_envs']} | {gt:,.0f} | {neural:,.0f} | {neural / gt:.2f}x | "
-              f"{row['neural_model']} |")
+              f"{row['flops_per_env_step'] / 1e6:.3f} | {row['matmul_flops_per_s']['best'] / 1e9:.1f} | "
+              f"{row['floor_env_steps_per_s']:,.0f} | "
+              f"{100 * row['floor_share']:.0f} % | {row['neural_model']} |")
     print(f"\nwrote {output}")
 
 

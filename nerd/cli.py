@@ -62,6 +62,13 @@ def add_robot_variant_arg(parser: argparse.ArgumentParser) -> None:
                              "real tosses)")
 
 
+def add_control_mode_arg(parser: argparse.ArgumentParser) -> None:
+    """Add ``--control-mode NAME``: the controller of robots that offer several (Anymal, Franka)."""
+    parser.add_argument("--control-mode", default=None,
+                        help="controller of robots that have several: Franka 'torque' (default) or 'position' (the "
+                             "release's joint-position PD); Anymal 'position' (default) or 'torque'")
+
+
 def add_overrides_arg(parser: argparse.ArgumentParser, example: str) -> None:
     """Add ``--cfg-overrides KEY=VALUE ...`` (applied to the YAML before validation; ``example`` shows the form)."""
     parser.add_argument("--cfg-overrides", nargs="*", default=[], metavar="KEY=VALUE",
@@ -158,5 +165,6 @@ def run_main(main: Callable[[], None]) -> None:
         sys.exit(1)
 
 
-__all__ = ["HelpFormatter", "add_common_args", "add_mass_matrix_refresh_arg", "add_overrides_arg",
-           "add_robot_variant_arg", "check_json_output", "check_output", "make_parser", "resolve_device", "run_main"]
+__all__ = ["HelpFormatter", "add_common_args", "add_control_mode_arg", "add_mass_matrix_refresh_arg",
+           "add_overrides_arg", "add_robot_variant_arg", "check_json_output", "check_output", "make_parser",
+           "resolve_device", "run_main"]

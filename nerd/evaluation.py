@@ -74,6 +74,8 @@ def state_errors(gt: torch.Tensor, pred: torch.Tensor, env) -> dict[str, torch.T
             errors[name] = (pred[..., :3] - gt[..., :3]).norm(dim=-1)
         elif kind == "orientation":
             errors[name] = quat_angle(quat_mul(gt[..., 3:7], quat_inverse(pred[..., 3:7])))
+        elif kind == "end_effector":
+            errors[name] = (env.end_effector_position(pred) - env.end_effector_position(gt)).norm(dim=-1)
         else:
             raise ValueError(f"unknown passive metric kind '{kind}' for {name}")
     return errors
@@ -101,6 +103,7 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
                      horizon: int, seed: int, contact_config: int | None = None, device: str = "cpu",
                      progress: bool = True, initial_states: str = "data",
                      mass_matrix_refresh: str | None = None, robot_variant: str | None = None,
+                     control_mode: str | None = None, compile_model: bool = False,
                      evaluated_robot_variant: str | None = None) -> dict[str, Any]:
     """Passive-motion errors of ``env_mode`` against the ground truth over ``num_rollouts`` trajectories.
 
@@ -109,6 +112,9 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
         mass_matrix_refresh: The ground truth's Featherstone mass-matrix refresh; None for the robot's default.
         robot_variant: The ground truth's variant (``Environment.robot_variants``: Anymal ``"physical"`` or
             ``"release"``, CubeToss ``"sim"`` or ``"real"``); None for the robot's default.
+        control_mode: Controller of robots with several (Anymal, Franka) that turns the zero actions into
+            torques; None for the robot's default.
+        compile_model: ``torch.compile`` the NeRD model's per-step prediction (see :class:`NeuralEnvironment`).
         evaluated_robot_variant: In ground-truth mode, evaluate *another* variant's ground truth against it (e.g. the
             CubeToss ``"sim"`` simulator against its ``"real"`` data: the error of a mismatched analytical model);
             None evaluates the same variant. In neural mode the model is the dynamics; a model of another variant
@@ -139,15 +145,15 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
                  f"evaluating {num_rollouts:,} rollouts of {horizon:,} steps in batches of {num_envs:,} envs",
                  device, "lower --num-envs, --num-rollouts or --rollout-horizon")
     env = make_env(env_name, num_envs, device=device, contact_config=contact_config,
-                   mass_matrix_refresh=mass_matrix_refresh, robot_variant=robot_variant)
+                   mass_matrix_refresh=mass_matrix_refresh, robot_variant=robot_variant, control_mode=control_mode)
     sample = initial_state_sampler(env, initial_states)
-    nenv = (NeuralEnvironment.from_checkpoint(env, model_path, env_mode=GROUND_TRUTH) if model_path
+    nenv = (NeuralEnvironment.from_checkpoint(env, model_path, GROUND_TRUTH, compile_model) if model_path
             else NeuralEnvironment(env, None, env_mode=GROUND_TRUTH))
     evaluated = nenv
     if evaluated_robot_variant is not None and evaluated_robot_variant != env.robot_variant:
         evaluated = NeuralEnvironment(make_env(env_name, num_envs, device=device, contact_config=contact_config,
                                                mass_matrix_refresh=mass_matrix_refresh,
-                                               robot_variant=evaluated_robot_variant),
+                                               robot_variant=evaluated_robot_variant, control_mode=control_mode),
                                       None, env_mode=GROUND_TRUTH)
     generator = torch.Generator().manual_seed(seed)
     sums: dict[str, torch.Tensor] = {}
@@ -188,7 +194,8 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
     spread = {name: torch.cat(chunks, dim=1).std(dim=1, correction=0) for name, chunks in trajectory_means.items()}
     steps = batches * num_envs * horizon
     names = env.state_names()
-    units = {name: {"position": "m", "orientation": "rad"}.get(kind) or names[indices[0]].partition("[")[2].rstrip("]")
+    metric_units = {"position": "m", "orientation": "rad", "end_effector": "m"}
+    units = {name: metric_units.get(kind) or names[indices[0]].partition("[")[2].rstrip("]")
              for name, (kind, indices) in env.passive_metrics.items()}
     return {
         "env_name": env_name,
@@ -203,6 +210,7 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
         "contact_friction": env.contact_friction,
         "robot_variant": env.robot_variant,
         "evaluated_robot_variant": evaluated.env.robot_variant,
+        "control_mode": getattr(env, "control_mode", ""),
         "metrics": {name: float(v.mean()) for name, v in per_step.items() if name != "per_dof"},
         "metrics_by_horizon": {
             str(h): {name: float(v[:h].mean()) for name, v in per_step.items() if name != "per_dof"} for h in horizons

@@ -58,6 +58,9 @@ class GenerationConfig:
     robot_variant: str | None = None
     """Variant of robots with several (Anymal: ``"physical"``, ``"release"``; CubeToss: ``"sim"``, ``"real"``); None
     for the default. Recorded in the file's attributes (the robot signature's ``robot_variant``)."""
+    control_mode: str | None = None
+    """Controller of robots with several (Anymal, Franka); it matters for ``random_control = "actions"`` robots
+    only (the others' data bypasses the controller); None for the robot's default."""
     compression: str | None = "lzf"
     """HDF5 compression filter: ``"lzf"`` (about half the size, a few % slower), ``"gzip"`` or None."""
 
@@ -122,7 +125,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
                f"a dataset of {num_trajectories * T:,} transitions", Path(path).parent, "lower --num-transitions")
     env = make_env(cfg.env_name, num_envs, device=device, solver=cfg.solver, contact_config=cfg.contact_config,
                    mass_matrix_refresh=cfg.mass_matrix_refresh, contact_friction=cfg.contact_friction,
-                   robot_variant=cfg.robot_variant)
+                   robot_variant=cfg.robot_variant, control_mode=cfg.control_mode)
     random_planes = cfg.contact_config is None and hasattr(env, "sample_ground_planes")
     generator = torch.Generator().manual_seed(cfg.seed)
     # The robot signature is what a model trained on the file is checked against; it is written from one place.
@@ -137,7 +140,9 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
         "state_names": env.state_names(), "joint_act_names": env.joint_act_names(),
     }
     buffers = {name: torch.empty(T, n, *shape, device=env.torch_device) for name, shape in field_shapes.items()}
-    gravity = torch.tensor([0.0, 0.0, -1.0], device=env.torch_device).expand(n, 3)
+    # Unit gravity direction, zero for a robot simulated without gravity (Franka).
+    gravity = torch.tensor([0.0, 0.0, math.copysign(1.0, env.gravity) if env.gravity else 0.0],
+                           device=env.torch_device).expand(n, 3)
     writer = TrajectoryWriter(path, field_shapes, T, attrs, compression=cfg.compression)
     kept = dropped = 0
     start = time.perf_counter()

@@ -347,7 +347,8 @@ def record(view_env, colors: Sequence[tuple[float, float, float]], steps: int, f
 
 def show_passive(env_name: str, model_path: str | None, env_mode: str, horizon: int, seed: int,
                  contact_config: int | None = None, device: str = "cpu", initial_states: str = "data",
-                 mass_matrix_refresh: str | None = None, robot_variant: str | None = None, **view_args) -> dict:
+                 mass_matrix_refresh: str | None = None, robot_variant: str | None = None,
+                 control_mode: str | None = None, **view_args) -> dict:
     """Passive motion (zero actions) of the ground truth and, in neural mode, NeRD next to it, from one initial state.
 
     The initial state is the one :func:`nerd.evaluation.evaluate_passive` draws first for ``seed`` with one env
@@ -363,7 +364,8 @@ def show_passive(env_name: str, model_path: str | None, env_mode: str, horizon: 
 
     def build():
         return make_env(env_name, 1, device=device, contact_config=contact_config,
-                        mass_matrix_refresh=mass_matrix_refresh, robot_variant=robot_variant)
+                        mass_matrix_refresh=mass_matrix_refresh, robot_variant=robot_variant,
+                        control_mode=control_mode)
 
     ground_truth = NeuralEnvironment(build(), None, env_mode=GROUND_TRUTH)
     robot = ground_truth.env

@@ -7,7 +7,7 @@ The HDF5 file is read once, converted to robot-centric model inputs and relative
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import h5py
@@ -19,30 +19,81 @@ from nerd.features import RobotSignature, build_inputs, build_targets
 _CONVERT_CHUNK = 1024  # trajectories converted at a time, to bound the temporary memory of the conversion
 
 
+def dataset_files(spec: str | Path | Sequence[str | Path]) -> list[Path]:
+    """The HDF5 files of a dataset given as one file, a directory (its ``*.hdf5`` files, sorted: the parts
+    that sharded generation writes) or a list of files, in that order.
+
+    Raises:
+        DatasetError: If a directory holds no ``.hdf5`` file or the list is empty.
+    """
+    if isinstance(spec, (str, Path)):
+        path = Path(spec)
+        if path.is_dir():
+            files = sorted(path.glob("*.hdf5"))
+            if not files:
+                raise DatasetError(f"dataset directory {path} holds no .hdf5 files")
+            return files
+        return [path]
+    files = [Path(p) for p in spec]
+    if not files:
+        raise DatasetError("the dataset list is empty")
+    return files
+
+
 class TrajectoryWindows:
     """All length-``history`` windows of a dataset, as model inputs and targets.
 
     Args:
-        path: HDF5 dataset written by ``generate/generate_dataset.py``.
+        path: HDF5 dataset written by ``generate/generate_dataset.py``: one file, a directory of parts (sharded
+            generation) or a list of files, read as one dataset (same robot and trajectory length).
         history: Window length H (the model's history, 10 in the paper).
         device: Where the tensors live (a GPU keeps the whole dataset resident).
-        max_trajectories: Use only the first trajectories (for quick runs); None for all.
+        max_trajectories: Use only the first trajectories (for quick runs, counted across the files in order);
+            None for all.
     """
 
-    def __init__(self, path: str | Path, history: int, device: str | torch.device = "cpu",
+    def __init__(self, path: str | Path | Sequence[str | Path], history: int, device: str | torch.device = "cpu",
                  max_trajectories: int | None = None):
-        attrs = read_attrs(path)
-        self.path = Path(path)
-        try:
-            self.signature = RobotSignature.from_dict(attrs)
-        except KeyError as err:
-            raise DatasetError(f"{path} lacks the attribute {err}; it was not written by generate_dataset.py") from err
+        files = dataset_files(path)
+        self.path = Path(path) if isinstance(path, (str, Path)) else files[0]
+        """The file or directory given (the first file of a list)."""
+        self.files = files
+        """The dataset's files, in reading order."""
         self.history = history
-        length = int(attrs["trajectory_length"])
-        if history > length:
-            raise DatasetError(f"{path}: history {history} is longer than its trajectories ({length} steps)")
         inputs: dict[str, list[torch.Tensor]] = {}
-        targets = []
+        targets: list[torch.Tensor] = []
+        remaining = max_trajectories
+        length = None
+        for file in files:
+            attrs = read_attrs(file)
+            try:
+                signature = RobotSignature.from_dict(attrs)
+            except KeyError as err:
+                raise DatasetError(f"{file} lacks the attribute {err}; it was not written by generate_dataset.py"
+                                   ) from err
+            if file == files[0]:
+                self.signature = signature
+                length = int(attrs["trajectory_length"])
+                if history > length:
+                    raise DatasetError(f"{file}: history {history} is longer than its trajectories ({length} steps)")
+            else:
+                signature.check_compatible(self.signature, what=f"dataset part {file}")
+                if int(attrs["trajectory_length"]) != length:
+                    raise DatasetError(f"{file}: trajectories of {attrs['trajectory_length']} steps, but "
+                                       f"{files[0]} has {length}; parts of one dataset need the same length")
+            if remaining is not None and remaining <= 0:
+                break
+            read = self._read(file, remaining, inputs, targets)
+            remaining = None if remaining is None else remaining - read
+        self.inputs = {name: torch.cat(parts).to(device) for name, parts in inputs.items()}
+        self.targets = torch.cat(targets).to(device)
+        self.num_trajectories, self.trajectory_length = self.targets.shape[:2]
+        self.starts_per_trajectory = self.trajectory_length - history + 1
+        self._offsets = torch.arange(history, device=device)
+
+    def _read(self, path: Path, max_trajectories: int | None, inputs: dict[str, list[torch.Tensor]],
+              targets: list[torch.Tensor]) -> int:
+        """Append one file's converted trajectories to ``inputs``/``targets``; returns how many were read."""
         with h5py.File(path, "r") as f:
             data = f["data"]
             available = data["states"].shape[0]
@@ -61,11 +112,7 @@ class TrajectoryWindows:
                 for name, value in groups.items():
                     inputs.setdefault(name, []).append(value)
                 targets.append(build_targets(self.signature, raw["states"], raw["next_states"], anchor))
-        self.inputs = {name: torch.cat(parts).to(device) for name, parts in inputs.items()}
-        self.targets = torch.cat(targets).to(device)
-        self.num_trajectories, self.trajectory_length = self.targets.shape[:2]
-        self.starts_per_trajectory = self.trajectory_length - history + 1
-        self._offsets = torch.arange(history, device=device)
+        return total
 
     def __len__(self) -> int:
         """Number of windows."""
@@ -78,12 +125,24 @@ class TrajectoryWindows:
         steps = (window_ids % self.starts_per_trajectory)[:, None] + self._offsets
         return {name: value[traj, steps] for name, value in self.inputs.items()}, self.targets[traj, steps]
 
-    def iterate(self, batch_size: int, generator: torch.Generator, max_batches: int | None = None
-                ) -> Iterator[tuple[dict[str, torch.Tensor], torch.Tensor]]:
-        """Shuffled batches over all windows (one epoch), or the first ``max_batches`` of them."""
+    def iterate(self, batch_size: int, generator: torch.Generator, max_batches: int | None = None,
+                shard: tuple[int, int] = (0, 1)) -> Iterator[tuple[dict[str, torch.Tensor], torch.Tensor]]:
+        """Shuffled batches over all windows (one epoch), or the first ``max_batches`` of them.
+
+        With ``shard = (rank, world_size)`` (distributed training) every process draws the same global batches
+        (same generator state) and takes its own ``batch_size // world_size`` windows of each, so the ranks'
+        windows never overlap and the schedule does not depend on the number of processes; a last batch that
+        does not split evenly is dropped.
+        """
+        rank, world = shard
         order = torch.randperm(len(self), generator=generator)
         batches = range(0, len(order), batch_size)
         for i, start in enumerate(batches):
             if max_batches is not None and i >= max_batches:
                 return
-            yield self.get_batch(order[start : start + batch_size])
+            batch = order[start : start + batch_size]
+            if world > 1:
+                if len(batch) < batch_size and len(batch) % world:
+                    return
+                batch = batch[rank::world]
+            yield self.get_batch(batch)

@@ -4,7 +4,8 @@ Layering: this package sits on the engine (Newton/Warp), :mod:`nerd.frames` and 
 rest of ``nerd`` (features, integrator, neural environment, generation, training, RL) builds on it, never the
 other way round.
 ``environment.py`` is the shared base (N copies, captured frame graph, state/torque tensors) with its
-fixed-size ground contacts (``contacts.py``) as a component; every other module describes one robot.
+fixed-size ground contacts (``contacts.py``) as a component and the shared joint controllers (``control.py``);
+every other module describes one robot.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from nerd.envs.environment import Environment
 from nerd.errors import UserError
 
-ENV_NAMES = ("Cartpole", "PendulumWithContact", "Ant", "Anymal", "CubeToss")
+ENV_NAMES = ("Cartpole", "PendulumWithContact", "Ant", "Anymal", "Franka", "CubeToss")
 
 
 def env_class(name: str) -> type[Environment]:
@@ -26,6 +27,8 @@ def env_class(name: str) -> type[Environment]:
         from nerd.envs.ant import Ant as cls
     elif name == "Anymal":
         from nerd.envs.anymal import Anymal as cls
+    elif name == "Franka":
+        from nerd.envs.franka import Franka as cls
     elif name == "CubeToss":
         from nerd.envs.cube_toss import CubeToss as cls
     else:
@@ -35,7 +38,8 @@ def env_class(name: str) -> type[Environment]:
 
 def make_env(name: str, num_envs: int, device: str = "cpu", solver: str | None = None, use_graph: bool = True,
              contact_config: int | None = None, mass_matrix_refresh: str | None = None,
-             contact_friction: str | None = None, robot_variant: str | None = None) -> Environment:
+             contact_friction: str | None = None, robot_variant: str | None = None,
+             control_mode: str | None = None) -> Environment:
     """Build robot ``name`` with ``num_envs`` copies and its fixed-size ground contacts.
 
     Args:
@@ -48,15 +52,26 @@ def make_env(name: str, num_envs: int, device: str = "cpu", solver: str | None =
         robot_variant: One of the robot's :attr:`~nerd.envs.environment.Environment.robot_variants` (``Anymal``:
             ``"physical"`` or ``"release"``; ``CubeToss``: ``"sim"`` or ``"real"``); None keeps the robot's default.
             A robot without variants refuses one.
+        control_mode: Controller of robots that offer several (``Environment.control_modes``; Anymal:
+            ``"position"`` or ``"torque"``; Franka: ``"torque"`` or ``"position"``); None keeps the robot's
+            default. Any other robot refuses a control mode.
     """
     cls = env_class(name)
     if contact_config is not None and not hasattr(cls, "ground_plane"):
         raise UserError(f"{name} has a single ground; --contact-config applies to PendulumWithContact only")
-    if robot_variant is not None and not cls.robot_variants:
-        raise UserError(f"{name} has a single variant; --robot-variant applies to "
-                        f"{', '.join(n for n in ENV_NAMES if env_class(n).robot_variants)} only")
+    kwargs = {}
+    if robot_variant is not None:
+        if not cls.robot_variants:
+            raise UserError(f"{name} has a single variant; --robot-variant applies to "
+                            f"{', '.join(n for n in ENV_NAMES if env_class(n).robot_variants)} only")
+        kwargs["robot_variant"] = robot_variant
+    if control_mode is not None:
+        if not cls.control_modes:
+            raise UserError(f"{name} has a single controller; --control-mode applies to "
+                            f"{', '.join(n for n in ENV_NAMES if env_class(n).control_modes)} only")
+        kwargs["control_mode"] = control_mode
     env = cls(num_envs, device=device, solver=solver, use_graph=use_graph, mass_matrix_refresh=mass_matrix_refresh,
-              contact_friction=contact_friction, robot_variant=robot_variant)
+              contact_friction=contact_friction, **kwargs)
     if contact_config is not None:
         normal, point = cls.ground_plane(contact_config)
         env.set_ground_planes(normal.expand(num_envs, 3), point.expand(num_envs, 3))

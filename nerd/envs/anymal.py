@@ -64,6 +64,7 @@ import newton
 import torch
 import warp as wp
 
+from nerd.envs.control import joint_pd_torques
 from nerd.envs.environment import Environment, uniform
 from nerd.errors import UserError
 from nerd.frames import quat_from_axis_angle, quat_rotate
@@ -177,6 +178,7 @@ class Anymal(Environment):
 
     name = "Anymal"
     robot_variants: ClassVar[tuple[str, ...]] = ROBOT_VARIANTS
+    control_modes: ClassVar[tuple[str, ...]] = CONTROL_MODES
     random_control = "actions"
     frame_dt = 1.0 / 60.0
     sim_substeps = 10
@@ -264,11 +266,11 @@ class Anymal(Environment):
 
     def compute_torques(self, actions: torch.Tensor) -> torch.Tensor:
         """Joint torques (N, 12) of the controller (module docstring) from the current (start-of-frame) state."""
-        self.synchronize()
+        self.torch_after_warp()  # a stream wait on a GPU, not a host synchronisation
         q, qd = self._joint_q[:, 7:], self._joint_qd[:, 6:]
         a = actions.to(self.torch_device).clamp(-1.0, 1.0)
         if self.control_mode == "position":
-            return self.kp * (self.q_default + ACTION_SCALE * a - q) - self.kd * qd
+            return joint_pd_torques(self.q_default + ACTION_SCALE * a, q, qd, self.kp, self.kd)
         return a * self._torque_scale + TORQUE_MODE_KP * (self.q_default - q)
 
     def randomize_controller(self, generator: torch.Generator) -> None:

@@ -83,6 +83,12 @@ class Environment:
     """Duration of one frame [s]; one NeRD prediction covers one frame."""
     sim_substeps: ClassVar[int] = 1
     """Solver steps per frame; torques are held constant over them."""
+    gravity: ClassVar[float] = -9.81
+    """Gravity along world z [m/s^2] (Franka: 0, as in the release)."""
+    control_modes: ClassVar[tuple[str, ...]] = ()
+    """Controllers a robot offers (its constructor's ``control_mode``); empty for robots with a single one."""
+    control_steps: int = 1
+    """Frames per policy action in RL tasks (the release's ``control_steps``; Franka's PD control: 2)."""
     states_frame: ClassVar[str] = "world"
     """Frame of the model's state inputs: ``"world"`` or ``"body"`` (robot-centric, spec §5)."""
     continuous_q_indices: ClassVar[tuple[int, ...]] = ()
@@ -112,7 +118,7 @@ class Environment:
     passive_metrics: ClassVar[dict[str, tuple[str, tuple[int, ...]]]] = {}
     """Passive-motion metrics (spec §9): name -> (kind, joint_q indices). Kinds: ``"abs"`` mean |dq| over the
     indices (wrapped for continuous joints), ``"position"`` base position distance, ``"orientation"`` base
-    rotation angle."""
+    rotation angle, ``"end_effector"`` distance between the :meth:`end_effector_position` of the two states."""
 
     def __init__(self, num_envs: int, device: str = "cpu", solver: str | None = None, use_graph: bool = True,
                  mass_matrix_refresh: str | None = None, contact_friction: str | None = None,
@@ -146,11 +152,11 @@ class Environment:
         self.use_graph = use_graph
         self.sim_dt = self.frame_dt / self.sim_substeps
 
-        robot = newton.ModelBuilder(up_axis=newton.Axis.Z, gravity=(0.0, 0.0, -9.81))
+        robot = newton.ModelBuilder(up_axis=newton.Axis.Z, gravity=(0.0, 0.0, self.gravity))
         self.build_robot(robot)
         self.bodies_per_env = robot.body_count
         self.shapes_per_env = robot.shape_count
-        builder = newton.ModelBuilder(up_axis=newton.Axis.Z, gravity=(0.0, 0.0, -9.81))
+        builder = newton.ModelBuilder(up_axis=newton.Axis.Z, gravity=(0.0, 0.0, self.gravity))
         # Separate worlds: copies never collide with each other.
         builder.replicate(robot, num_envs)
         self.model = builder.finalize(device=self.device)
@@ -172,6 +178,9 @@ class Environment:
         # Joint torques are exchanged for the non-free DoFs only (a free joint has no actuator).
         self.act_dof_indices = list(range(6, self.dof_qd)) if self.floating_base else list(range(self.dof_qd))
         self.act_dim = len(self.act_dof_indices)
+        # A slice (the actuated DoFs are contiguous): the per-step write is a view, no index tensor per step. Empty
+        # for a robot without actuators (CubeToss).
+        self._act_columns = slice(6 if self.floating_base else 0, self.dof_qd)
 
         self._joint_q = wp.to_torch(self.state_0.joint_q).view(num_envs, self.dof_q)
         self._joint_qd = wp.to_torch(self.state_0.joint_qd).view(num_envs, self.dof_qd)
@@ -216,6 +225,11 @@ class Environment:
         Defaults to the data-generation sampler; robots whose tasks reset differently override it.
         """
         return self.sample_initial_states(n, generator)
+
+    def end_effector_position(self, states: torch.Tensor) -> torch.Tensor:
+        """World position (..., 3) [m] of the robot's end effector in states (..., dof_q + dof_qd), by forward
+        kinematics; only robots with an end effector (Franka) implement it."""
+        raise UserError(f"{self.name} has no end effector")
 
     @property
     def action_dim(self) -> int:
@@ -270,7 +284,7 @@ class Environment:
 
     def get_states(self) -> torch.Tensor:
         """Copy of the current states, (N, dof_q + dof_qd), world frame."""
-        self.synchronize()
+        self.torch_after_warp()
         return torch.cat([self._joint_q, self._joint_qd], dim=1).clone()
 
     def set_states(self, states: torch.Tensor, env_ids: Sequence[int] | torch.Tensor | None = None) -> None:
@@ -295,12 +309,12 @@ class Environment:
 
     def get_root_body_q(self) -> torch.Tensor:
         """Pose [p, quat xyzw] of each env's anchor body, (N, 7), world frame."""
-        self.synchronize()
+        self.torch_after_warp()
         return self._body_q[:, self.anchor_body].clone()
 
     def get_body_q(self) -> torch.Tensor:
         """Poses [p, quat xyzw] of all bodies, (N, bodies_per_env, 7), world frame (what a viewer draws)."""
-        self.synchronize()
+        self.torch_after_warp()
         return self._body_q.clone()
 
     def get_ground_planes(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -352,7 +366,7 @@ class Environment:
             ``contact_points_1`` (N, C, 3) closest ground points [m], ``contact_depths`` (N, C) [m],
             ``contact_thicknesses`` (N, C) [m].
         """
-        self.synchronize()
+        self.torch_after_warp()
         return self.ground.features(self.state_0.body_q)
 
     # ----------------------------------------------------------------------------------------------
@@ -373,18 +387,22 @@ class Environment:
         self.apply_joint_act(joint_acts)
         self.simulate_frame()
 
-    def apply_joint_act(self, joint_acts: torch.Tensor) -> None:
-        """Set the joint torques (N, act_dim) [N·m or N] of the next frame in the solver's control."""
+    def apply_joint_act(self, joint_acts: torch.Tensor, check_finite: bool = True) -> None:
+        """Set the joint torques (N, act_dim) [N·m or N] of the next frame in the solver's control.
+
+        ``check_finite=False`` skips the NaN/inf check (a host synchronisation) for a caller that checks the
+        torques itself in the same synchronisation as other values (the NeRD integrator).
+        """
         if joint_acts.shape != (self.num_envs, self.act_dim):
             raise ValueError(
                 f"{self.name}: joint torques must have shape ({self.num_envs}, {self.act_dim}), "
                 f"got {tuple(joint_acts.shape)}"
             )
-        if not bool(torch.isfinite(joint_acts).all()):
+        if check_finite and not bool(torch.isfinite(joint_acts).all()):
             # Reject here, the one place both modes pass through: the solver would silently return NaN states.
             raise UserError(f"{self.name}: joint torques (or the actions they come from) contain NaN or inf")
         self.joint_acts.copy_(joint_acts)
-        self._joint_f[:, self.act_dof_indices] = self.joint_acts
+        self._joint_f[:, self._act_columns] = self.joint_acts
         self.sync_torch_writes()
 
     def simulate_frame(self) -> None:
@@ -425,18 +443,31 @@ class Environment:
         self.refresh_contacts()
 
     def synchronize(self) -> None:
-        """Wait for pending Warp work, so that torch views of the simulation arrays are current."""
+        """Block the host until pending Warp work is done (for timing; reads need only :meth:`torch_after_warp`)."""
         if self.device.is_cuda:
             wp.synchronize_device(self.device)
 
-    def sync_torch_writes(self) -> None:
-        """Make torch's writes to shared arrays visible to the next Warp launch (a no-op on the CPU).
+    def torch_after_warp(self) -> None:
+        """Order torch's next work after the Warp launches so far, so torch views of the simulation arrays read
+        current values; on a GPU a device-side stream wait, never a host synchronisation (a no-op on the CPU)."""
+        torch_waits_for_warp(self.device)
 
-        Warp's and torch's default CUDA streams are ordered with each other; the explicit wait is a conservative
-        guard for callers that write on another torch stream.
-        """
-        if self.device.is_cuda:
-            torch.cuda.current_stream(self.torch_device).synchronize()
+    def sync_torch_writes(self) -> None:
+        """Make torch's writes to shared arrays visible to the next Warp launch: a device-side stream wait on a
+        GPU (a no-op on the CPU)."""
+        warp_waits_for_torch(self.device)
+
+
+def torch_waits_for_warp(device: wp.Device) -> None:
+    """On a GPU, make torch's current stream wait for the Warp launches issued so far (no host synchronisation)."""
+    if device.is_cuda:
+        wp.stream_from_torch(torch.cuda.current_stream(wp.device_to_torch(device))).wait_stream(wp.get_stream(device))
+
+
+def warp_waits_for_torch(device: wp.Device) -> None:
+    """On a GPU, make Warp's stream wait for torch's work issued so far (no host synchronisation)."""
+    if device.is_cuda:
+        wp.get_stream(device).wait_stream(wp.stream_from_torch(torch.cuda.current_stream(wp.device_to_torch(device))))
 
 
 def uniform(low: Sequence[float] | float, high: Sequence[float] | float, n: int, generator: torch.Generator

@@ -26,6 +26,8 @@ class RobotEnv(Protocol):
     """Device of every tensor exchanged."""
     frame_dt: float
     """Duration of one frame [s]."""
+    control_steps: int
+    """Frames per policy action in RL tasks (the robot's control mode's; 1 for most robots)."""
 
     @property
     def state_dim(self) -> int:

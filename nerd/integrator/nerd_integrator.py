@@ -7,10 +7,16 @@ consumes (candidate points in body coordinates, ground points and normals in the
 one frame: it appends the current robot-centric token to each env's history, predicts the state change,
 integrates it (spec §6), writes ``joint_q``/``joint_qd`` of ``state_out`` and runs forward kinematics.
 
-History: a buffer (N, H, width) per token group, left-aligned. An env with L < H valid tokens holds them at
-positions 0..L-1 and its prediction is read at position L-1; the causal backbone never looks at later
-positions, so envs with different history lengths share one forward pass. :meth:`NeRDIntegrator.clear_history`
-clears only the reset envs' histories (the release cleared every env's history whenever any env reset).
+History: one buffer (N, H, D) of normalised tokens (each token normalised once, when it is recorded),
+left-aligned. An env with L < H valid tokens holds them at positions 0..L-1 and its prediction is read at
+position L-1; the causal backbone never looks at later positions, so envs with different history lengths share
+one forward pass, and only that position's output is computed (:meth:`NeRDModel.predict_last`).
+
+Per step the integrator synchronises with the device at most once: the check for non-finite torques and
+predictions (:meth:`~NeRDIntegrator.set_nan_check`), which a caller that handles divergence itself turns off.
+On a GPU, torch and Warp are ordered by stream waits (device side), not by host synchronisation.
+:meth:`NeRDIntegrator.clear_history` clears only the reset envs' histories (the release cleared every env's
+history whenever any env reset).
 
 Public surface besides the solver contract: :meth:`~NeRDIntegrator.observe` (record a token without predicting,
 for frames the ground truth steps), :meth:`~NeRDIntegrator.clear_history` and
@@ -27,10 +33,15 @@ import torch
 import warp as wp
 
 from nerd.envs.contacts import contact_features
+from nerd.envs.environment import torch_waits_for_warp, warp_waits_for_torch
 from nerd.errors import RolloutDivergedError, UserError
 from nerd.features import RobotSignature, build_inputs
 from nerd.models.nerd_model import NeRDModel
 from nerd.representation import integrate_target
+
+CPU_CHUNK_ENVS = 256
+"""Envs per network call on a CPU: (256, 10, 256) float32 MLP activations (2.6 MB) stay in L2/L3 cache; measured
+fastest of 64-2048 for the Cartpole model at N = 2048 (docs/results.md)."""
 
 
 class NeRDIntegrator(newton.solvers.SolverBase):
@@ -47,7 +58,12 @@ class NeRDIntegrator(newton.solvers.SolverBase):
         history_length: Tokens of history H the network was trained with (10 in the paper). It may not exceed
             the backbone's context (``max_history``, the transformer's ``block_size``); a backbone that reads
             one token only (the MLP baseline, ``max_history`` 1) keeps a history of one.
-        check_nan: Raise :class:`RolloutDivergedError` when a prediction is not finite (see :meth:`set_nan_check`).
+        check_nan: Raise :class:`RolloutDivergedError` when a prediction is not finite, and a
+            :class:`~nerd.errors.UserError` when the applied torques are not (see :meth:`set_nan_check`).
+        compile_model: Run the per-step prediction through ``torch.compile`` (an option of ours: see
+            docs/results.md for what it does on a CPU; the first steps pay the compilation).
+        chunk_envs: Envs per network call. None: :data:`CPU_CHUNK_ENVS` on a CPU (activations that stay in
+            cache; 1.3x faster than one call for 2048 envs on the project's CPU), all envs at once on a GPU.
 
     Raises:
         ValueError: If the network's input groups do not match ``signature`` or ``history_length`` exceeds its
@@ -56,7 +72,7 @@ class NeRDIntegrator(newton.solvers.SolverBase):
 
     def __init__(self, model: newton.Model, nerd_model: NeRDModel, signature: RobotSignature, *, num_envs: int,
                  anchor_body: int, act_dof_indices: Sequence[int], frame_dt: float, history_length: int = 10,
-                 check_nan: bool = True):
+                 check_nan: bool = True, compile_model: bool = False, chunk_envs: int | None = None):
         super().__init__(model)
         if nerd_model.input_groups != signature.input_groups or nerd_model.output_dim != signature.target_dim:
             raise ValueError(f"the NeRD model's inputs/outputs do not match the {signature.env_name} signature")
@@ -72,23 +88,36 @@ class NeRDIntegrator(newton.solvers.SolverBase):
         self.bodies_per_env = model.body_count // num_envs
         self.anchor_body = anchor_body
         self.act_dof_indices = list(act_dof_indices)
+        # Gathered every step: a slice when contiguous (a view), else an index tensor made once on the device.
+        first = self.act_dof_indices[0] if self.act_dof_indices else 0
+        contiguous = self.act_dof_indices == list(range(first, first + len(self.act_dof_indices)))
+        self._act_columns = (slice(first, first + len(self.act_dof_indices)) if contiguous else torch.tensor(
+            self.act_dof_indices, dtype=torch.long, device=wp.device_to_torch(model.device)))
         self.history_length = min(history_length, nerd_model.max_history)
         """Tokens kept per env: H, or 1 for a one-token backbone."""
         self.torch_device = wp.device_to_torch(model.device)
-        self._history = {
-            name: torch.zeros(num_envs, self.history_length, width, device=self.torch_device)
-            for name, width in signature.input_groups.items()
-        }
+        self._group_names = list(signature.input_groups)
+        # The statistics are fixed once trained: normalising each token once, when recorded, replaces normalising
+        # the whole history every step.
+        self._token_mean, self._token_std = (t.to(self.torch_device) for t in nerd_model.token_statistics())
+        self._tokens = torch.zeros(num_envs, self.history_length, nerd_model.input_dim, device=self.torch_device)
         self.history_count = torch.zeros(num_envs, dtype=torch.long, device=self.torch_device)
         """(N,) valid history tokens per env."""
         self._env_rows = torch.arange(num_envs, device=self.torch_device)
         self._contact_bodies: tuple[newton.Contacts, torch.Tensor] | None = None
+        if chunk_envs is None:
+            chunk_envs = num_envs if model.device.is_cuda else CPU_CHUNK_ENVS
+        self.chunk_envs = max(1, chunk_envs)
+        """Envs per network call."""
+        self._predict = torch.compile(nerd_model.predict_last, dynamic=False) if compile_model else \
+            nerd_model.predict_last
 
     def set_nan_check(self, enabled: bool) -> None:
         """Raise :class:`RolloutDivergedError` on a non-finite prediction (on), or leave it to the caller (off).
 
-        The check synchronises with the device once per step; a caller that handles divergence per env (the RL
-        vec env) turns it off.
+        The check covers the torques the step reads too (one synchronisation with the device per step for both:
+        the environment then skips its own torque check); a caller that handles divergence per env (the RL vec
+        env) turns it off and the environment checks the torques.
         """
         self.check_nan = enabled
 
@@ -100,19 +129,17 @@ class NeRDIntegrator(newton.solvers.SolverBase):
         """
         rows = slice(None) if env_ids is None else torch.as_tensor(env_ids, device=self.torch_device, dtype=torch.long)
         self.history_count[rows] = 0
-        for buffer in self._history.values():
-            buffer[rows] = 0.0
+        self._tokens[rows] = 0.0
 
     # ----------------------------------------------------------------------------------------------
     def current_inputs(self, state: newton.State, control: newton.Control, contacts: newton.Contacts | None
                        ) -> tuple[dict[str, torch.Tensor], torch.Tensor | None, torch.Tensor]:
         """Token groups (N, width), anchor (N, 7) or None, and world states (N, S) of ``state``."""
         n, sig = self.num_envs, self.signature
-        if self.model.device.is_cuda:
-            wp.synchronize_device(self.model.device)  # reads arrays the last Warp launches wrote
+        torch_waits_for_warp(self.model.device)  # reads arrays the last Warp launches wrote
         states = torch.cat([wp.to_torch(state.joint_q).view(n, -1), wp.to_torch(state.joint_qd).view(n, -1)], dim=1)
         body_q = wp.to_torch(state.body_q).view(n, self.bodies_per_env, 7)
-        torques = wp.to_torch(control.joint_f).view(n, -1)[:, self.act_dof_indices]
+        torques = wp.to_torch(control.joint_f).view(n, -1)[:, self._act_columns]
         features = None
         if sig.contact_count:
             if contacts is None:
@@ -138,20 +165,23 @@ class NeRDIntegrator(newton.solvers.SolverBase):
         groups, _, _ = self.current_inputs(state, control, contacts)
         self.push_history(groups)
 
+    @torch.inference_mode()
     def push_history(self, groups: dict[str, torch.Tensor]) -> None:
-        """Append one token (N, width per group) to every env's history, dropping the oldest when full."""
+        """Append one token (N, width per group, raw) to every env's history, dropping the oldest when full."""
+        token = (torch.cat([groups[name] for name in self._group_names], dim=1).to(self._tokens.dtype)
+                 - self._token_mean) / self._token_std
         # Branch-free (no host synchronisation): full envs shift left by one, then every env writes its slot.
-        full = (self.history_count == self.history_length)[:, None, None]
+        if self.history_length > 1:
+            full = (self.history_count == self.history_length)[:, None, None]
+            self._tokens[:, :-1] = torch.where(full, self._tokens[:, 1:], self._tokens[:, :-1])
         position = self.history_count.clamp(max=self.history_length - 1)
-        for name, buffer in self._history.items():
-            buffer.copy_(torch.where(full, torch.roll(buffer, shifts=-1, dims=1), buffer))
-            buffer[self._env_rows, position] = groups[name].to(buffer.dtype)
-        self.history_count = (self.history_count + 1).clamp(max=self.history_length)
+        self._tokens[self._env_rows, position] = token
+        self.history_count.add_(1).clamp_(max=self.history_length)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def predict_targets(self) -> torch.Tensor:
         """De-normalised relative targets (N, P) from the current histories (each needs one token at least)."""
-        return self.nerd_model.predict_from_history(self._history, self.history_count)
+        return self._predict(self._tokens, self.history_count - 1, self.chunk_envs)
 
     # ----------------------------------------------------------------------------------------------
     def step(self, state_in: newton.State, state_out: newton.State, control: newton.Control,
@@ -161,13 +191,19 @@ class NeRDIntegrator(newton.solvers.SolverBase):
             raise ValueError(f"NeRD predicts whole frames of {self.frame_dt:.6g} s; step() got dt = {dt:.6g} s")
         groups, anchor, states = self.current_inputs(state_in, control, contacts)
         self.push_history(groups)
-        next_states = integrate_target(states, self.predict_targets(), anchor, self.signature.layout)
-        if self.check_nan and not bool(torch.isfinite(next_states).all()):
+        with torch.inference_mode():
+            next_states = integrate_target(states, self.predict_targets(), anchor, self.signature.layout)
+        # One host synchronisation for both checks: the torques the step read and the states it predicted.
+        # A robot without actuators (CubeToss) has no joint_acts group: an empty tensor is always finite.
+        acts = groups.get("joint_acts", next_states[:, :0])
+        if self.check_nan and not bool(torch.isfinite(next_states).all() & torch.isfinite(acts).all()):
+            if not bool(torch.isfinite(acts).all()):
+                raise UserError(f"{self.signature.env_name}: joint torques (or the actions they come from) contain "
+                                "NaN or inf")
             bad = torch.nonzero(~torch.isfinite(next_states).all(dim=1)).flatten().tolist()
             raise RolloutDivergedError(f"NeRD rollout produced non-finite states in envs {bad[:8]}")
         n, dof_q = self.num_envs, self.signature.dof_q
         wp.to_torch(state_out.joint_q).view(n, -1).copy_(next_states[:, :dof_q])
         wp.to_torch(state_out.joint_qd).view(n, -1).copy_(next_states[:, dof_q:])
-        if self.model.device.is_cuda:
-            torch.cuda.current_stream(self.torch_device).synchronize()
+        warp_waits_for_torch(self.model.device)
         newton.eval_fk(self.model, state_out.joint_q, state_out.joint_qd, state_out)

@@ -198,20 +198,61 @@ class NeRDModel(nn.Module):
         rows = torch.arange(len(lengths), device=lengths.device)
         return self.target_norm.denormalize(self(prefix)[rows, lengths - 1])
 
+    def token_statistics(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(mean, std)``, each ``(D,)`` float32: the per-group input statistics laid out along one token.
+
+        ``(token - mean) / std`` of a raw token (the groups concatenated in order) equals :meth:`forward`'s own
+        normalisation, element for element; a caller that normalises once per step (the integrator) uses this.
+        """
+        mean = torch.cat([norm.mean for norm in self.input_norms.values()]).float()
+        std = torch.cat([torch.sqrt(norm.var + norm.eps) for norm in self.input_norms.values()]).float()
+        return mean, std
+
+    def predict_last(self, tokens: torch.Tensor, last: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
+        """De-normalised prediction at one position per row, from already normalised tokens.
+
+        The per-step path of the integrator: no validation and no host synchronisation. A backbone with
+        ``forward_last`` (the transformer) computes only what that position needs; the others run on every
+        position and the rows' positions are gathered.
+
+        Args:
+            tokens: ``(B, T, D)`` normalised tokens (see :meth:`token_statistics`), ``T <= max_history``.
+            last: ``(B,)`` position of each row's prediction, in ``0 .. T - 1``; the causal backbone makes it
+                depend on positions ``0 .. last[b]`` only.
+            chunk: Run the network on at most this many rows at a time (None: all at once). Rows are
+                independent, so the result is the same; on a CPU, chunks whose activations stay in cache are
+                faster (docs/results.md).
+
+        Returns:
+            ``(B, P)`` raw targets.
+        """
+        return self.target_norm.denormalize(self.normalized_last(tokens, last, chunk))
+
+    def normalized_last(self, tokens: torch.Tensor, last: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
+        """:meth:`predict_last` before de-normalisation: the network's ``(B, P)`` output."""
+        if chunk is not None and tokens.shape[0] > chunk:
+            return torch.cat([self.normalized_last(tokens[i : i + chunk], last[i : i + chunk])
+                              for i in range(0, tokens.shape[0], chunk)])
+        rows = torch.arange(tokens.shape[0], device=tokens.device)
+        forward_last = getattr(self.backbone, "forward_last", None)
+        out = forward_last(tokens, last) if forward_last is not None else self.backbone(tokens)[rows, last]
+        if self.skip is not None:
+            out = out + self.skip(tokens[rows, last])
+        return out
+
     def predict_from_history(self, history: Mapping[str, torch.Tensor], lengths: torch.Tensor) -> torch.Tensor:
         """:meth:`predict` for a left-aligned history buffer whose shapes the caller has checked once.
 
-        The per-step path of the integrator: no input validation and no host synchronisation. Every position of
-        the buffer goes through the backbone; the causal backbone makes row b's prediction depend on its first
-        ``lengths[b]`` steps only.
+        No input validation and no host synchronisation; see :meth:`predict_last` (only row b's first
+        ``lengths[b]`` steps influence its prediction).
 
         Args:
-            history: Group name -> ``(B, T, width)`` with ``T <= max_history``, every group present.
+            history: Group name -> ``(B, T, width)`` raw values with ``T <= max_history``, every group present.
             lengths: ``(B,)`` valid steps per row, in ``1 .. T``.
 
         Returns:
             De-normalised prediction at each row's last valid step, shape ``(B, P)``.
         """
-        out = self._forward([history[name] for name in self._input_groups])
-        rows = torch.arange(len(lengths), device=lengths.device)
-        return self.target_norm.denormalize(out[rows, lengths - 1])
+        mean, std = self.token_statistics()
+        tokens = (torch.cat([history[name] for name in self._input_groups], dim=-1) - mean) / std
+        return self.predict_last(tokens, lengths - 1)

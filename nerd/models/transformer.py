@@ -68,6 +68,27 @@ class CausalSelfAttention(nn.Module):
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.out_proj(y))
 
+    def forward_last(self, x: torch.Tensor, last: torch.Tensor | None) -> torch.Tensor:
+        """The output of :meth:`forward` at one position per row only, shape ``(B, C)``.
+
+        Args:
+            x: ``(B, T, C)`` normalised tokens; keys and values come from every position.
+            last: ``(B,)`` the position of each row's query (it attends to positions ``0..last[b]``), or None
+                for the last position ``T - 1`` of every row.
+        """
+        B, T, C = x.shape
+        H = self.n_head
+        w, b = self.qkv.weight, self.qkv.bias
+        query = x[:, -1:] if last is None else x[torch.arange(B, device=x.device), last][:, None]
+        # Keys and values of every position, a query at one: the rows of the fused weight split as in forward().
+        q = F.linear(query, w[:C], None if b is None else b[:C]).view(B, 1, H, C // H).transpose(1, 2)
+        k, v = F.linear(x, w[C:], None if b is None else b[C:]).split(C, dim=2)
+        k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in (k, v))
+        # The causal mask of the query's own position: keys 0..last[b] (all of them for the last position).
+        mask = None if last is None else (torch.arange(T, device=x.device) <= last[:, None])[:, None, None, :]
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0)
+        return self.resid_dropout(self.out_proj(y.reshape(B, C)))
+
 
 class FeedForward(nn.Module):
     """Position-wise 4x-wide MLP with GELU."""
@@ -95,6 +116,12 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln_attn(x))
+        return x + self.mlp(self.ln_mlp(x))
+
+    def forward_last(self, x: torch.Tensor, last: torch.Tensor | None) -> torch.Tensor:
+        """:meth:`forward` at one position per row (see :meth:`CausalSelfAttention.forward_last`): ``(B, C)``."""
+        residual = x[:, -1] if last is None else x[torch.arange(x.shape[0], device=x.device), last]
+        x = residual + self.attn.forward_last(self.ln_attn(x), last)
         return x + self.mlp(self.ln_mlp(x))
 
 
@@ -175,4 +202,26 @@ class TransformerModel(nn.Module):
         h = self.embed_dropout(self.token_embedding(x) + self.position_embedding(positions))
         for block in self.blocks:
             h = block(h)
+        return self.head(self.projection(self.ln_final(h)))
+
+    def forward_last(self, x: torch.Tensor, last: torch.Tensor | None = None) -> torch.Tensor:
+        """The prediction of :meth:`forward` at one position per row, computing only what that position needs.
+
+        Every block but the last runs on all positions (the last block's keys and values need them); the last
+        block's query, attention output, MLP, the final norm, the projection and the head run on one position
+        per row. Same numbers as ``forward(x)[rows, last]`` up to float rounding, at about
+        ``(n_layer - 1) / n_layer`` of its matmul work for a full history. No input validation: the per-step path.
+
+        Args:
+            x: Tokens ``(B, T, D)``, ``T <= block_size``.
+            last: ``(B,)`` position of each row's prediction (its history length minus one), or None for ``T - 1``.
+
+        Returns:
+            ``(B, P)`` predictions.
+        """
+        T = x.shape[1]
+        h = self.embed_dropout(self.token_embedding(x) + self.position_embedding.weight[:T])
+        for block in self.blocks[:-1]:
+            h = block(h)
+        h = self.blocks[-1].forward_last(h, last)
         return self.head(self.projection(self.ln_final(h)))

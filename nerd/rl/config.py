@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from nerd.config import ConfigError, load_config, to_dict
+from nerd.distributed import device_for_rank, rank_from_env
 from nerd.errors import UserError
 from nerd.modes import NEURAL, EnvMode
 
@@ -61,7 +62,7 @@ class RLEnvConfig:
     robot: str
     """Robot name, e.g. ``Cartpole`` or ``Ant``."""
     task: str
-    """Task name for that robot (``nerd.rl.tasks.TASKS``): ``swingup``; ``run``, ``spin``, ``spin_track``."""
+    """Task name for that robot (``nerd.rl.tasks.TASKS``): ``swingup``; ``run``, ``spin``, ``spin_track``; ``reach``."""
     num_envs: int = 2048
     """Parallel envs N (rl-games' ``num_actors``)."""
     env_mode: EnvMode = NEURAL
@@ -79,6 +80,13 @@ class RLEnvConfig:
     robot_variant: str | None = None
     """Variant of robots with several (Anymal: ``"physical"``, ``"release"``; CubeToss: ``"sim"``, ``"real"``); None
     for the default."""
+    control_mode: str | None = None
+    """Controller of robots that offer several (Franka: ``"torque"`` or ``"position"``, the joint-position PD,
+    which also holds each action for 2 frames; Anymal: ``"position"`` or ``"torque"``); None for the robot's
+    default."""
+    compile_nerd_model: bool = False
+    """Run the NeRD model's per-step prediction through ``torch.compile`` (our option: 1.3x faster on the
+    project's CPU after about a minute of compilation, docs/results.md)."""
 
 
 @dataclass
@@ -160,17 +168,25 @@ def resolve_params(cfg: RLConfig, device: str, seed: int, logdir: str | Path | N
     """The rl-games params of one run: a copy of ``cfg.params`` with the run-dependent keys filled in.
 
     Sets the env name and count, device, seed and run directory (``train_dir``/``full_experiment_name``, so
-    that rl-games writes ``<logdir>/nn`` and ``<logdir>/summaries``).
+    that rl-games writes ``<logdir>/nn`` and ``<logdir>/summaries``). With rl-games' own multi-GPU switch
+    (``params.config.multi_gpu``, under torchrun; rl-games then averages gradients over nccl), rank r's envs
+    live on ``cuda:<LOCAL_RANK>`` and are seeded with ``seed + r`` (rl-games offsets its own seed the same way).
     """
     params = copy.deepcopy(cfg.params)
     config = params["config"]
+    env_seed = seed
+    if config.get("multi_gpu"):
+        if not device.startswith("cuda"):
+            raise UserError("params.config.multi_gpu (rl-games' multi-GPU PPO, nccl only) needs --device cuda")
+        rank = rank_from_env()
+        device, env_seed = device_for_rank(device, rank), seed + rank.rank
     if cfg.env.num_envs * config["horizon_length"] % config["minibatch_size"] != 0:
         raise ConfigError(f"params.config.minibatch_size {config['minibatch_size']} does not divide "
                           f"env.num_envs x horizon_length = {cfg.env.num_envs * config['horizon_length']}")
     config["num_actors"] = cfg.env.num_envs
     config["env_name"] = RL_GAMES_ENV_NAME
     # Plain types only, so the resolved config can be written as YAML; the env creator validates it again.
-    config["env_config"] = {"env": to_dict(cfg.env), "device": device, "seed": seed}
+    config["env_config"] = {"env": to_dict(cfg.env), "device": device, "seed": env_seed}
     config["device"] = device
     config["device_name"] = device
     config.setdefault("name", f"{cfg.env.robot}_{cfg.env.task}")

@@ -36,6 +36,7 @@ import yaml
 from rl_games.common.algo_observer import DefaultAlgoObserver
 
 from nerd.config import to_dict
+from nerd.distributed import rank_from_env
 from nerd.errors import RolloutDivergedError, UserError, first_line
 from nerd.modes import GROUND_TRUTH, NEURAL
 from nerd.rl.config import RLConfig, resolve_params
@@ -133,21 +134,28 @@ def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: i
     if params["config"].get("max_epochs", -1) < 1 and params["config"].get("max_frames", -1) < 1:
         raise UserError("set --max-epochs (or params.config.max_epochs) so that training ends")
     stream = sys.stdout
-    with new_run_dir(logdir, RUN_DIR_ENTRIES, overwrite, "nn/*.pth"):
+    # rl-games' multi-GPU runs (torchrun): rank 0 alone writes the run directory, as rl-games itself does.
+    main_rank = not params["config"].get("multi_gpu") or rank_from_env().is_main
+    run_dir = new_run_dir(logdir, RUN_DIR_ENTRIES, overwrite, "nn/*.pth") if main_rank else contextlib.nullcontext()
+    with run_dir:
         resolved = {"env": to_dict(cfg.env), "params": params}
-        write_run_record(logdir, resolved)
+        if main_rank:
+            write_run_record(logdir, resolved)
         register_with_rl_games()
         _seed_everything(seed)
-        observer = ProgressObserver(progress, stream)
+        observer = ProgressObserver(progress and main_rank, stream)
         with rl_games_quiet():
             runner = Runner(algo_observer=observer)
             runner.load({"params": params})
             # The agent is built directly rather than through Runner.run(), which would torch.compile the model
             # (minutes of compilation on a CPU) and gives no handle on the agent for the final save.
             agent = runner.algo_factory.create(runner.algo_name, base_name="run", params=runner.params)
-            agent.writer.add_text("config", "```\n" + yaml.safe_dump(resolved, sort_keys=False) + "\n```")
+            if main_rank:
+                agent.writer.add_text("config", "```\n" + yaml.safe_dump(resolved, sort_keys=False) + "\n```")
             started = time.perf_counter()
             agent.train()
+            if not main_rank:
+                return {}
             last = logdir / "nn" / "last"
             agent.save(str(last))
             agent.writer.flush()

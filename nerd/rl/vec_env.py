@@ -87,9 +87,14 @@ class NeRDVecEnv(IVecEnv):
         return self.observations()
 
     def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict]:
-        """Apply actions (N, A) in [-1, 1] for one frame; done envs are reset (see the module docstring)."""
+        """Apply actions (N, A) in [-1, 1] for the robot's ``control_steps`` frames (1 for most); done envs are
+        reset (see the module docstring)."""
         actions = torch.as_tensor(actions, dtype=torch.float32, device=self.device).clamp(-1.0, 1.0)
-        self.nenv.step(actions)
+        self.nenv.step(actions, check_finite=False)  # checked below, in the step's one host synchronisation
+        for _ in range(self.nenv.control_steps - 1):
+            # A controller that reads the state (PD) turns a diverged neural state into NaN torques, which the
+            # simulator refuses; that env's episode ends below anyway, so it gets zero torques meanwhile.
+            self.nenv.step_with_joint_act(torch.nan_to_num(self.nenv.compute_torques(actions), 0.0, 0.0, 0.0))
         states = self.nenv.get_states()
         self.progress += 1
         self.last_actions = actions
@@ -101,9 +106,12 @@ class NeRDVecEnv(IVecEnv):
         terminated = self.task.terminations(states) | ~finite
         time_outs = (self.progress >= self.episode_length) & ~terminated
         dones = terminated | time_outs
-        done_ids = torch.nonzero(dones).flatten()
-        if len(done_ids):
-            self.reset_envs(done_ids)
+        # The step's one host synchronisation: how many envs are done, and whether the actions were finite.
+        num_done, num_bad = torch.stack([dones.sum(), (~torch.isfinite(actions)).sum()]).tolist()
+        if num_bad:
+            raise UserError(f"{self.nenv.name}: actions contain NaN or inf (the step was taken with them)")
+        if num_done:
+            self.reset_envs(torch.nonzero_static(dones, size=num_done).flatten())
             states = self.nenv.get_states()
         infos = {"time_outs": time_outs, "terminated": terminated, "diverged": ~finite, "reward_terms": terms}
         return self.task.observations(states, self.last_actions), rewards, dones.to(torch.uint8), infos
@@ -151,9 +159,9 @@ def make_vec_env(cfg: RLEnvConfig, device: str = "cpu", seed: int = 0) -> NeRDVe
     cls = check_env_config(cfg)
     env = make_env(cfg.robot, cfg.num_envs, device=device, solver=cfg.solver,
                    mass_matrix_refresh=cfg.mass_matrix_refresh, contact_friction=cfg.contact_friction,
-                   robot_variant=cfg.robot_variant)
+                   robot_variant=cfg.robot_variant, control_mode=cfg.control_mode)
     if cfg.env_mode == NEURAL:
-        nenv = NeuralEnvironment.from_checkpoint(env, cfg.nerd_model_path, env_mode=NEURAL)
+        nenv = NeuralEnvironment.from_checkpoint(env, cfg.nerd_model_path, NEURAL, cfg.compile_nerd_model)
     else:
         nenv = NeuralEnvironment(env, None, env_mode=GROUND_TRUTH)
     return NeRDVecEnv(nenv, cls(cfg.num_envs, nenv.torch_device), cfg.episode_length, seed)

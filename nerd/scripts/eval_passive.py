@@ -15,6 +15,7 @@ With --viewer or --video the script shows one rollout (ground truth blue, NeRD o
 
 from nerd.cli import (
     add_common_args,
+    add_control_mode_arg,
     add_mass_matrix_refresh_arg,
     add_robot_variant_arg,
     check_json_output,
@@ -46,10 +47,13 @@ def main(argv: list[str] | None = None) -> None:
                              "'task': the robot's task reset distribution")
     add_mass_matrix_refresh_arg(parser)
     add_robot_variant_arg(parser)
+    add_control_mode_arg(parser)
     parser.add_argument("--evaluated-robot-variant", default=None,
                         help="with --env-mode ground-truth: evaluate this variant's ground truth against "
                              "--robot-variant's (e.g. the mismatched CubeToss 'sim' simulator against 'real')")
     parser.add_argument("--output", default=None, help="results JSON (a PNG of error vs step is written beside it)")
+    parser.add_argument("--compile-model", action="store_true",
+                        help="torch.compile the NeRD model's per-step prediction (faster after ~1 min of compiling)")
     add_common_args(parser, seed_default=500)
     add_viewer_args(parser)
     args = parser.parse_args(argv)
@@ -62,8 +66,8 @@ def main(argv: list[str] | None = None) -> None:
         shown = show_passive(args.env_name, args.model_path, args.env_mode, args.rollout_horizon, args.seed,
                              (args.contact_config or [None])[0], resolve_device(args.device),
                              initial_states=args.initial_states, mass_matrix_refresh=args.mass_matrix_refresh,
-                             robot_variant=args.robot_variant, viewer=args.viewer, output_path=args.output_path,
-                             video=args.video, video_size=args.video_size)
+                             robot_variant=args.robot_variant, control_mode=args.control_mode, viewer=args.viewer,
+                             output_path=args.output_path, video=args.video, video_size=args.video_size)
         wrote = f"; wrote {shown['path']}" if shown["path"] else ""
         print(f"{shown['frames']} frames in {shown['seconds']:.1f} s{wrote}")
         return
@@ -76,7 +80,8 @@ def main(argv: list[str] | None = None) -> None:
         evaluate_passive(args.env_name, args.model_path, args.env_mode, args.num_envs, args.num_rollouts,
                          args.rollout_horizon, args.seed, config, resolve_device(args.device),
                          initial_states=args.initial_states, mass_matrix_refresh=args.mass_matrix_refresh,
-                         robot_variant=args.robot_variant, evaluated_robot_variant=args.evaluated_robot_variant)
+                         robot_variant=args.robot_variant, control_mode=args.control_mode,
+                         compile_model=args.compile_model, evaluated_robot_variant=args.evaluated_robot_variant)
         for config in configs
     ]
     for results in runs:

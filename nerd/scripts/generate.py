@@ -5,12 +5,17 @@ Installed as ``nerd-generate``; ``python generate/generate_dataset.py`` runs the
 Example:
     python generate/generate_dataset.py --env-name Cartpole --num-transitions 1000000 \
         --trajectory-length 100 --num-envs 2048 --dataset-dir data/Cartpole --dataset-name train.hdf5
+    # sharded on K processes: rank r writes data/Cartpole/train/part-<r>-of-<K>.hdf5 with its share of the
+    # transitions and its own seed; training reads the directory as one dataset (dataset.train: data/Cartpole/train)
+    torchrun --nproc_per_node=4 generate/generate_dataset.py --env-name Cartpole --num-transitions 4000000 \
+        --dataset-dir data/Cartpole --dataset-name train.hdf5
 """
 
 from pathlib import Path
 
 from nerd.cli import (
     add_common_args,
+    add_control_mode_arg,
     add_mass_matrix_refresh_arg,
     add_robot_variant_arg,
     check_output,
@@ -18,8 +23,12 @@ from nerd.cli import (
     resolve_device,
     run_main,
 )
+from nerd.distributed import device_for_rank, rank_from_env
 from nerd.envs import ENV_NAMES, env_class
 from nerd.generation import GenerationConfig, generate_dataset
+
+SHARD_SEED_STRIDE = 1_000_003
+"""Under torchrun rank r generates with seed ``--seed + r * SHARD_SEED_STRIDE`` (distinct streams per part)."""
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -36,6 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--solver", default=None, help="ground-truth solver (default: featherstone)")
     add_mass_matrix_refresh_arg(parser)
     add_robot_variant_arg(parser)
+    add_control_mode_arg(parser)
     parser.add_argument("--compression", default="lzf", choices=["lzf", "gzip", "none"],
                         help="HDF5 compression")
     add_common_args(parser)
@@ -43,14 +53,24 @@ def main(argv: list[str] | None = None) -> None:
     env_class(args.env_name)  # an unknown robot fails here, naming the valid ones
 
     name = args.dataset_name if Path(args.dataset_name).suffix else args.dataset_name + ".hdf5"
-    path = check_output(Path(args.dataset_dir) / name, args.overwrite)
+    rank = rank_from_env()
+    num_transitions, seed, path = args.num_transitions, args.seed, Path(args.dataset_dir) / name
+    if rank.world_size > 1:
+        # No process group is needed: each rank generates its own part independently.
+        k, r = rank.world_size, rank.rank
+        num_transitions = args.num_transitions * (r + 1) // k - args.num_transitions * r // k
+        seed = args.seed + SHARD_SEED_STRIDE * r
+        path = path.with_suffix("") / f"part-{r:03d}-of-{k:03d}.hdf5"
+    path = check_output(path, args.overwrite)
     cfg = GenerationConfig(
-        env_name=args.env_name, num_transitions=args.num_transitions, trajectory_length=args.trajectory_length,
-        num_envs=args.num_envs, seed=args.seed, passive=args.passive, contact_config=args.contact_config,
+        env_name=args.env_name, num_transitions=num_transitions, trajectory_length=args.trajectory_length,
+        num_envs=args.num_envs, seed=seed, passive=args.passive, contact_config=args.contact_config,
         solver=args.solver, mass_matrix_refresh=args.mass_matrix_refresh, robot_variant=args.robot_variant,
+        control_mode=args.control_mode,
         compression=None if args.compression == "none" else args.compression,
     )
-    summary = generate_dataset(cfg, path, device=resolve_device(args.device))
+    summary = generate_dataset(cfg, path, device=device_for_rank(resolve_device(args.device), rank),
+                               progress=rank.is_main)
     print(f"wrote {summary.path}: {summary.num_trajectories} trajectories, {summary.num_transitions} transitions, "
           f"{summary.num_dropped} dropped, {summary.seconds:.1f} s "
           f"({summary.transitions_per_second:,.0f} transitions/s)")

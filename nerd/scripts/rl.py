@@ -22,6 +22,7 @@ from pathlib import Path
 
 from nerd.cli import (
     add_common_args,
+    add_control_mode_arg,
     add_overrides_arg,
     add_robot_variant_arg,
     check_output,
@@ -29,6 +30,7 @@ from nerd.cli import (
     resolve_device,
     run_main,
 )
+from nerd.distributed import rank_from_env
 from nerd.errors import UserError
 from nerd.modes import ENV_MODES
 from nerd.rl.config import load_rl_config, run_config_of, with_num_envs
@@ -52,7 +54,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--num-games", type=int, default=64, help="episodes to play back")
     parser.add_argument("--output", default=None, help="playback results JSON")
     parser.add_argument("--logdir", default=None, help="training run directory (default: runs/rl/<robot>__<task>__...)")
+    parser.add_argument("--multi-gpu", action="store_true",
+                        help="rl-games' multi-GPU PPO under torchrun (sets params.config.multi_gpu; needs --device "
+                             "cuda; one GPU per rank)")
     add_robot_variant_arg(parser)
+    add_control_mode_arg(parser)
     add_overrides_arg(parser, "params.config.mini_epochs=4")
     add_common_args(parser)
     add_viewer_args(parser)
@@ -68,6 +74,11 @@ def main(argv: list[str] | None = None) -> None:
         cfg.env.nerd_model_path = args.nerd_model_path
     if args.robot_variant is not None:
         cfg.env.robot_variant = args.robot_variant
+    if args.control_mode is not None:
+        cfg.env.control_mode = args.control_mode
+    if args.multi_gpu:
+        cfg.params["config"]["multi_gpu"] = True
+    main_rank = not cfg.params["config"].get("multi_gpu") or rank_from_env().is_main
 
     if viewing_requested(args):
         check_viewer_args(args)
@@ -94,8 +105,11 @@ def main(argv: list[str] | None = None) -> None:
         cfg = with_num_envs(cfg, args.num_envs)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     logdir = Path(args.logdir or f"runs/rl/{cfg.env.robot}__{cfg.env.task}__{cfg.env.env_mode}__{args.seed}__{stamp}")
-    check_run_dir(logdir, RUN_DIR_ENTRIES, args.overwrite)
+    if main_rank:
+        check_run_dir(logdir, RUN_DIR_ENTRIES, args.overwrite)
     summary = train_policy(cfg, logdir, device, args.seed, args.max_epochs, overwrite=args.overwrite)
+    if not main_rank:
+        return
     final = summary["epochs"][-1] if summary["epochs"] else None
     diverged = summary["diverged_episodes"]
     print(f"trained in {summary['train_seconds']:.0f} s"

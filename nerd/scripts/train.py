@@ -9,6 +9,9 @@ Examples:
     # fine-tune it on other data: a new run starting from its weights and normalisation
     python train/train.py --cfg cfg/train/Cartpole/cpu.yaml --logdir runs/Cartpole_ft \
         --init-from runs/Cartpole_cpu/nn/best.pt --train-dataset data/Cartpole/new.hdf5
+    # data-parallel on K processes (DistributedDataParallel; gloo on CPU, nccl with --device cuda, one GPU each)
+    torchrun --nproc_per_node=4 train/train.py --cfg cfg/train/Cartpole/paper.yaml --logdir runs/Cartpole \
+        --device cuda
 """
 
 import argparse
@@ -16,6 +19,7 @@ from pathlib import Path
 
 from nerd.cli import add_common_args, add_overrides_arg, make_parser, resolve_device, run_main
 from nerd.config import load_config
+from nerd.distributed import init_distributed, shutdown
 from nerd.errors import UserError
 from nerd.run_dir import check_run_dir
 from nerd.training import RUN_DIR_ENTRIES, TrainConfig, train
@@ -44,8 +48,8 @@ def main(argv: list[str] | None = None) -> None:
         raise UserError("--resume continues the run in --logdir, --init-from starts a new one: pick one")
     if args.resume and args.overwrite:
         raise UserError("--resume continues the run in --logdir, --overwrite would replace it: pick one")
-    device = resolve_device(args.device)
-    if not args.resume:
+    rank, device = init_distributed(resolve_device(args.device))
+    if not args.resume and rank.is_main:
         check_run_dir(args.logdir, RUN_DIR_ENTRIES, args.overwrite)
     cfg_path = args.cfg
     if cfg_path is None:
@@ -58,8 +62,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.valid_dataset:
         overrides.append(f"dataset.valid={args.valid_dataset}")
     cfg = load_config(cfg_path, TrainConfig, overrides)
-    summary = train(cfg, args.logdir, device=device, seed=args.seed, resume=args.resume, init_from=args.init_from,
-                    overwrite=args.overwrite)
+    try:
+        summary = train(cfg, args.logdir, device=device, seed=args.seed, resume=args.resume,
+                        init_from=args.init_from, overwrite=args.overwrite)
+    finally:
+        shutdown()
+    if not rank.is_main:
+        return
     print(f"best checkpoint by {summary['best_checkpoint_by']} ({summary['best_score']:.5g}) "
           f"-> {summary['best_checkpoint']}; "
           f"best validation loss {summary['best_valid_loss']:.5g} "

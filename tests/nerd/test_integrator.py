@@ -79,6 +79,7 @@ def test_batched_histories_of_different_lengths_predict_as_if_alone():
     """An env's prediction does not depend on the other envs' history lengths (left-aligned causal batch)."""
     gen = torch.Generator().manual_seed(2)
     together = tiny_neural_env("PendulumWithContact", 2)
+    together.integrator.chunk_envs = 1  # one network call per env: the CPU's chunked path (256 envs a call)
     alone = NeuralEnvironment(make_env("PendulumWithContact", 1), together.integrator.nerd_model)
     start = together.env.sample_initial_states(2, gen)
     together.reset(states=start)
@@ -136,6 +137,21 @@ def test_non_finite_prediction_stops_the_rollout():
     before = nenv.get_states()
     with pytest.raises(RolloutDivergedError, match=r"envs \[1\]"):
         nenv.step(torch.zeros(2, 1))
+    torch.testing.assert_close(nenv.get_states(), before)
+
+
+def test_non_finite_torques_are_refused_in_neural_mode_by_the_integrators_check():
+    """With the integrator's NaN check on, the environment leaves the torque check to it (one host sync per
+    step): NaN torques still raise the environment's error and leave the state as it was."""
+    nenv = tiny_neural_env("Cartpole", 2)
+    nenv.reset(generator=torch.Generator().manual_seed(0))
+    before = nenv.get_states()
+    with pytest.raises(ValueError, match="NaN or inf"):
+        nenv.step(torch.tensor([[0.0], [float("nan")]]))
+    torch.testing.assert_close(nenv.get_states(), before)
+    nenv.integrator.set_nan_check(False)  # then the environment checks them itself
+    with pytest.raises(ValueError, match="NaN or inf"):
+        nenv.step(torch.tensor([[float("nan")], [0.0]]))
     torch.testing.assert_close(nenv.get_states(), before)
 
 

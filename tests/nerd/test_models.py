@@ -324,3 +324,28 @@ def test_linear_skip_learns_a_linear_map_far_better():
     torch.testing.assert_close(again(inputs), model(inputs), rtol=0, atol=0)
     cut = {name: x[:, :3] for name, x in inputs.items()}
     torch.testing.assert_close(model(cut), model(inputs)[:, :3], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("model_type", sorted(MODEL_TYPES))
+def test_last_position_fast_path_matches_the_full_forward(model_type):
+    """predict_last (the integrator's per-step path; for the transformer the last block, final norm, projection
+    and head on one position only) gives predict()'s numbers for left-aligned rows of different lengths."""
+    torch.manual_seed(0)
+    model = NeRDModel(GROUPS, output_dim=4, cfg=tiny_config(model_type)).eval()
+    with torch.no_grad():  # non-trivial statistics, so that the fast path's own normalisation is exercised
+        model.update_statistics({n: 3.0 * torch.randn(64, w) + 1.0 for n, w in GROUPS.items()}, torch.randn(64, 4))
+    steps = 1 if model_type == "mlp" else BLOCK_SIZE
+    inputs = random_inputs(5, steps)
+    lengths = torch.tensor([1, steps, max(1, steps // 2), steps, 1])
+    mean, std = model.token_statistics()
+    tokens = (torch.cat([inputs[n] for n in GROUPS], dim=-1) - mean) / std
+    with torch.inference_mode():
+        full = model.predict(inputs, lengths=lengths)
+        fast = model.predict_last(tokens, lengths - 1)
+        chunked = model.predict_last(tokens, lengths - 1, chunk=2)  # the integrator's CPU path, 3 calls here
+    torch.testing.assert_close(fast, full, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(chunked, fast, atol=1e-6, rtol=1e-5)
+    if model_type == "transformer":  # last=None: every row's last position
+        backbone = model.backbone
+        with torch.inference_mode():
+            torch.testing.assert_close(backbone.forward_last(tokens), backbone(tokens)[:, -1], atol=1e-6, rtol=1e-5)

@@ -346,3 +346,19 @@ def test_unrolled_training_is_refused_where_unsupported(pendulum_run, tmp_path):
         train(dataclasses.replace(cfg, unroll_steps=3), tmp_path / "u", seed=0, progress=False)
     with pytest.raises(ValueError, match="unroll_steps must lie"):
         train(dataclasses.replace(cfg, unroll_steps=11), tmp_path / "u", seed=0, progress=False)
+
+
+def test_micro_batches_give_the_whole_batchs_training_step(pendulum_run, tmp_path):
+    """micro_batch_size accumulates the same gradient: the weights after a few steps match a whole-batch run."""
+    root, cfg, _ = pendulum_run
+    weights = []
+    for micro in (None, 24):  # 64 windows = 24 + 24 + 16: uneven parts are weighted by their share
+        run_cfg = dataclasses.replace(cfg, num_epochs=1, batches_per_epoch=3, micro_batch_size=micro,
+                                      best_checkpoint_by="valid_loss",
+                                      rollout_eval=dataclasses.replace(cfg.rollout_eval, num_envs=0))
+        train(run_cfg, tmp_path / f"micro_{micro}", seed=0, progress=False)
+        weights.append(load_checkpoint(tmp_path / f"micro_{micro}" / "nn" / "last.pt")[0].state_dict())
+    for name, value in weights[0].items():
+        torch.testing.assert_close(weights[1][name], value, atol=1e-5, rtol=1e-4, msg=name)
+    with pytest.raises(ConfigError, match="'micro_batch_size': not supported with unroll_steps"):
+        dataclasses.replace(cfg, micro_batch_size=16, unroll_steps=2)

@@ -247,3 +247,17 @@ def test_known_rl_games_config_keys_cover_what_the_installed_rl_games_reads():
     pattern = re.compile(r"config(?:\[|\.get\()['\"]([A-Za-z_0-9]+)['\"]")
     read = {key for path in Path(rl_games.__file__).parent.rglob("*.py") for key in pattern.findall(path.read_text())}
     assert read and read <= RL_GAMES_CONFIG_KEYS, sorted(read - RL_GAMES_CONFIG_KEYS)
+
+
+def test_rl_games_multi_gpu_switch_puts_each_rank_on_its_gpu_with_its_own_env_seed(monkeypatch):
+    """params.config.multi_gpu passes through to rl-games; under torchrun rank r's envs go to cuda:<LOCAL_RANK>
+    with seed + r (without a GPU this checks the resolved config only), and a CPU device is refused."""
+    cfg = load_rl_config(CARTPOLE_CFG)
+    cfg.params["config"]["multi_gpu"] = True
+    with pytest.raises(ValueError, match="multi_gpu.*needs --device cuda"):
+        resolve_params(cfg, "cpu", seed=3)
+    for name, value in (("RANK", "3"), ("LOCAL_RANK", "1"), ("WORLD_SIZE", "4")):
+        monkeypatch.setenv(name, value)
+    config = resolve_params(cfg, "cuda", seed=3)["config"]
+    assert config["multi_gpu"] is True and config["device"] == "cuda:1"
+    assert config["env_config"]["device"] == "cuda:1" and config["env_config"]["seed"] == 6

@@ -133,3 +133,38 @@ def test_unknown_task_lists_the_valid_ones():
     with pytest.raises(ValueError, match="valid tasks: .*Cartpole/swingup.*Ant/run"):
         make_task("Cartpole", "run", 1)
     assert ("Ant", "spin_track") in TASKS
+
+
+def test_franka_reach_reward_of_constructed_states():
+    """At the target the reward is the release's maximum 2/(2 + 1e-4); 0.1 m off it is −0.1 plus a tiny bonus."""
+    from nerd.envs.franka import DEFAULT_Q, end_effector_position
+
+    task = make_task("Franka", "reach", 2)
+    states = torch.cat([torch.tensor(DEFAULT_Q), torch.zeros(7)]).repeat(2, 1)
+    ee = end_effector_position(states[0, :7])
+    task.targets[:] = ee
+    task.targets[1, 2] += 0.1
+    rewards = task.rewards(states, torch.zeros(2, 7))
+    bonus = 1 / (math.exp(5.0) + 1e-4 + math.exp(-5.0)) + 1 / (math.exp(30.0) + 1e-4 + math.exp(-30.0))
+    torch.testing.assert_close(rewards, torch.tensor([2 / (2 + 1e-4), -0.1 + bonus]))
+    assert not task.terminations(states).any() and task.episode_length == 128
+
+
+def test_franka_reach_observation_and_targets():
+    """Observation [wrap(q), ee, target]; targets drawn in the release's box, redrawn for the reset envs only."""
+    from nerd.envs.franka import end_effector_position
+
+    task = make_task("Franka", "reach", 512)
+    torch.testing.assert_close(task.targets, torch.tensor([0.0, 0.0, 0.5]).expand(512, 3))
+    task.reset(torch.arange(511), torch.Generator().manual_seed(4))
+    low, high = torch.tensor([0.3, -0.35, 0.05]), torch.tensor([0.7, 0.35, 0.45])
+    assert ((task.targets[:511] >= low) & (task.targets[:511] <= high)).all()
+    assert (task.targets[:511].amin(0) < low + 0.01).all() and (task.targets[:511].amax(0) > high - 0.01).all()
+    torch.testing.assert_close(task.targets[511], torch.tensor([0.0, 0.0, 0.5]))
+    states = torch.zeros(512, 14)
+    states[:, 3] = 3 * math.pi / 2  # wraps to −π/2
+    obs = task.observations(states, torch.zeros(512, 7))
+    assert obs.shape == (512, 13)
+    torch.testing.assert_close(obs[0, 3], torch.tensor(-math.pi / 2))
+    torch.testing.assert_close(obs[:, 7:10], end_effector_position(states[:, :7]))
+    torch.testing.assert_close(obs[:, 10:], task.targets)

@@ -70,6 +70,15 @@ def test_diverged_neural_envs_end_their_episode_alone():
     assert rewards[2] == 0.0 and bool(torch.isfinite(obs).all()) and bool(torch.isfinite(rewards).all())
 
 
+@pytest.mark.parametrize("env_mode", ["neural", "ground-truth"])
+def test_nan_actions_are_refused_in_the_steps_one_synchronisation(env_mode):
+    """The vec env checks the actions itself (folded with the done count into one host sync per step)."""
+    venv = tiny_vec_env("Cartpole", "swingup", 2, env_mode=env_mode)
+    venv.reset()
+    with pytest.raises(ValueError, match="NaN or inf"):
+        venv.step(torch.tensor([[0.0], [float("nan")]]))
+
+
 def test_ant_vec_env_runs_in_both_modes():
     """The Ant run task steps in neural (untrained tiny model) and ground-truth mode with finite outputs."""
     venv = tiny_vec_env("Ant", "run", 2)
@@ -108,3 +117,23 @@ def test_neural_mode_without_a_model_is_refused():
     """Neural mode with no model path is a ValueError that says which flag to pass."""
     with pytest.raises(ValueError, match="--nerd-model-path"):
         make_vec_env(RLEnvConfig(robot="Cartpole", task="swingup", num_envs=1, env_mode="neural"))
+
+
+def test_franka_position_control_holds_each_action_for_two_frames():
+    """In the release's joint-position mode one RL step is 2 PD frames, the target recomputed from q each frame;
+    torque mode is one frame."""
+    from nerd.envs import make_env
+
+    actions = torch.tensor([[0.5, -1.0, 1.0, 0.2, -0.3, 1.0, -1.0]])
+    for mode, frames in (("position", 2), ("torque", 1)):
+        cfg = RLEnvConfig(robot="Franka", task="reach", num_envs=1, env_mode="ground-truth", control_mode=mode)
+        venv = make_vec_env(cfg)
+        venv.reset()
+        start = venv.nenv.get_states()
+        venv.step(actions)
+        reference = make_env("Franka", 1, control_mode=mode)
+        reference.set_states(start)
+        for _ in range(frames):
+            reference.step(actions)
+        torch.testing.assert_close(venv.nenv.get_states(), reference.get_states())
+        assert venv.progress.tolist() == [1]

@@ -116,3 +116,19 @@ def test_user_errors_are_one_line_and_internal_errors_keep_their_traceback(capsy
     assert error_lines(capsys.readouterr().err) == ["error: --num-envs must be positive, got 0"]
     with pytest.raises(ValueError, match="shape mismatch"):
         run_main(bug)
+
+
+def test_control_mode_reaches_the_environment(tmp_path, monkeypatch, capsys):
+    """--control-mode selects a robot's controller (recorded in the results); a robot with one controller refuses it."""
+    out = tmp_path / "franka.json"
+    code, _, err = run_script("eval/eval_passive_motion.py", "--env-name", "Franka", "--env-mode", "ground-truth",
+                              "--control-mode", "position", "--num-envs", "2", "--num-rollouts", "2",
+                              "--rollout-horizon", "3", "--output", str(out), monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 0, err[-2000:]
+    results = json.loads(out.read_text())
+    assert results["control_mode"] == "position"
+    assert results["metric_units"] == {"joint_position_error": "rad", "end_effector_position_error": "m"}
+    code, _, err = run_script("eval/eval_passive_motion.py", "--env-name", "Cartpole", "--env-mode", "ground-truth",
+                              "--control-mode", "position", "--num-envs", "2", "--num-rollouts", "2",
+                              monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 1 and "applies to Anymal, Franka only" in error_lines(err)[0]

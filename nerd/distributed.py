@@ -1,0 +1,93 @@
+"""Several processes under ``torchrun``: the process group, each rank's device, and rank-0-only side effects.
+
+``torchrun --nproc_per_node=K train/train.py ...`` starts K copies of the script with ``RANK``, ``WORLD_SIZE``,
+``LOCAL_RANK`` and the rendezvous address in the environment. :func:`init_distributed` joins the group (gloo on a
+CPU, nccl on a GPU; a GPU run puts rank r on ``cuda:<LOCAL_RANK>``). Without those variables (a plain ``python``
+run) everything here is a no-op for a world of one, so the single-process path is unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from nerd.errors import UserError
+
+
+@dataclass(frozen=True)
+class Rank:
+    """This process's place in the run."""
+
+    rank: int = 0
+    """Global rank, 0 .. world_size - 1."""
+    world_size: int = 1
+    """Number of processes."""
+    local_rank: int = 0
+    """Rank on this machine (selects the GPU)."""
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the one process that writes logs, checkpoints and summaries."""
+        return self.rank == 0
+
+
+def rank_from_env() -> Rank:
+    """The rank torchrun set in the environment (a world of one without it)."""
+    return Rank(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
+                int(os.environ.get("LOCAL_RANK", 0)))
+
+
+def device_for_rank(device: str, rank: Rank) -> str:
+    """``cuda`` becomes ``cuda:<local rank>`` in a multi-process run; an explicit GPU index there is an error."""
+    if rank.world_size > 1 and device.startswith("cuda"):
+        if device != "cuda":
+            raise UserError(f"--device {device}: under torchrun pass --device cuda; each rank takes "
+                            "cuda:<LOCAL_RANK> (restrict the GPUs with CUDA_VISIBLE_DEVICES)")
+        return f"cuda:{rank.local_rank}"
+    return device
+
+
+def init_distributed(device: str) -> tuple[Rank, str]:
+    """Join the torchrun process group when there is one: ``(rank, this rank's device)``.
+
+    The backend is nccl for a GPU device and gloo otherwise. A world of one starts no group.
+    """
+    rank = rank_from_env()
+    device = device_for_rank(device, rank)
+    if rank.world_size > 1 and not dist.is_initialized():
+        if device.startswith("cuda"):
+            torch.cuda.set_device(torch.device(device))
+        dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+    return rank, device
+
+
+def current_rank() -> Rank:
+    """The rank of the initialised process group, or a world of one."""
+    if not dist.is_initialized():
+        return Rank()
+    return Rank(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
+
+
+def shutdown() -> None:
+    """Leave the process group (end of a torchrun script)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def replica_checksums(module: torch.nn.Module) -> list[list[float]]:
+    """Every rank's ``[sum, weighted sum]`` of its parameters (float64), gathered on every rank.
+
+    Identical weights give identical pairs; the weighted sum (by position) makes a permutation or a sign
+    flip visible. Used to verify that data-parallel replicas stayed identical.
+    """
+    flat = torch.cat([p.detach().flatten().double() for p in module.parameters()])
+    weights = torch.linspace(1.0, 2.0, len(flat), dtype=torch.float64, device=flat.device)
+    local = torch.stack([flat.sum(), (flat * weights).sum()])
+    if not dist.is_initialized():
+        return [local.tolist()]
+    gathered = [torch.empty_like(local) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, local)
+    return [g.tolist() for g in gathered]
