@@ -49,14 +49,17 @@ def add_mass_matrix_refresh_arg(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--mass-matrix-refresh", choices=MASS_MATRIX_REFRESH, default=None,
                         help="ground truth: rebuild Featherstone's mass matrix once per 'frame' (the release's "
-                             "setting, the default) or every 'substep' (Newton's default, more accurate)")
+                             "setting for most robots) or every 'substep' (Newton's default, more accurate; the "
+                             "release's for CubeToss); default: the robot's own")
 
 
 def add_robot_variant_arg(parser: argparse.ArgumentParser) -> None:
-    """Add ``--robot-variant NAME``: the model variant of robots that define several (Anymal: physical, release)."""
+    """Add ``--robot-variant NAME``: the variant of robots that define several (Anymal, CubeToss)."""
     parser.add_argument("--robot-variant", default=None,
-                        help="model variant of robots that have several: Anymal 'physical' (default: joints and "
-                             "bodies aligned) or 'release' (the release's scrambled mass matrix, robots.md §1.3)")
+                        help="variant of robots that have several: Anymal 'physical' (default: joints and bodies "
+                             "aligned) or 'release' (the release's scrambled mass matrix, robots.md §1.3); CubeToss "
+                             "'sim' (default: the release's contact) or 'real' (a mismatched contact standing in for "
+                             "real tosses)")
 
 
 def add_control_mode_arg(parser: argparse.ArgumentParser) -> None:

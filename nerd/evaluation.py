@@ -103,17 +103,22 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
                      horizon: int, seed: int, contact_config: int | None = None, device: str = "cpu",
                      progress: bool = True, initial_states: str = "data",
                      mass_matrix_refresh: str | None = None, robot_variant: str | None = None,
-                     control_mode: str | None = None,
-                     compile_model: bool = False) -> dict[str, Any]:
+                     control_mode: str | None = None, compile_model: bool = False,
+                     evaluated_robot_variant: str | None = None) -> dict[str, Any]:
     """Passive-motion errors of ``env_mode`` against the ground truth over ``num_rollouts`` trajectories.
 
     Args:
         initial_states: One of :data:`INITIAL_STATES`: ``"data"`` (the release's protocol) or ``"task"``.
         mass_matrix_refresh: The ground truth's Featherstone mass-matrix refresh; None for the robot's default.
-        robot_variant: Model variant of robots with several (Anymal); None for the robot's default.
+        robot_variant: The ground truth's variant (``Environment.robot_variants``: Anymal ``"physical"`` or
+            ``"release"``, CubeToss ``"sim"`` or ``"real"``); None for the robot's default.
         control_mode: Controller of robots with several (Anymal, Franka) that turns the zero actions into
             torques; None for the robot's default.
         compile_model: ``torch.compile`` the NeRD model's per-step prediction (see :class:`NeuralEnvironment`).
+        evaluated_robot_variant: In ground-truth mode, evaluate *another* variant's ground truth against it (e.g. the
+            CubeToss ``"sim"`` simulator against its ``"real"`` data: the error of a mismatched analytical model);
+            None evaluates the same variant. In neural mode the model is the dynamics; a model of another variant
+            is accepted only where the robot's variants are interchangeable (CubeToss).
 
     Returns:
         A JSON-ready dict: settings, ``metrics`` (mean over all steps and trajectories), ``metrics_by_horizon``
@@ -128,6 +133,8 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
         raise UserError("--num-envs, --num-rollouts and --rollout-horizon must be positive")
     if env_mode == NEURAL and model_path is None:
         raise UserError("--env-mode neural needs --model-path")
+    if evaluated_robot_variant is not None and env_mode != GROUND_TRUTH:
+        raise UserError("--evaluated-robot-variant compares two ground truths: it needs --env-mode ground-truth")
     num_envs = min(num_envs, num_rollouts)
     horizons = sorted({h for h in REPORT_HORIZONS if h < horizon} | {horizon})
     # Lower bounds of what grows with the request (a one-env copy gives the state width), checked before any of
@@ -142,6 +149,12 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
     sample = initial_state_sampler(env, initial_states)
     nenv = (NeuralEnvironment.from_checkpoint(env, model_path, GROUND_TRUTH, compile_model) if model_path
             else NeuralEnvironment(env, None, env_mode=GROUND_TRUTH))
+    evaluated = nenv
+    if evaluated_robot_variant is not None and evaluated_robot_variant != env.robot_variant:
+        evaluated = NeuralEnvironment(make_env(env_name, num_envs, device=device, contact_config=contact_config,
+                                               mass_matrix_refresh=mass_matrix_refresh,
+                                               robot_variant=evaluated_robot_variant, control_mode=control_mode),
+                                      None, env_mode=GROUND_TRUTH)
     generator = torch.Generator().manual_seed(seed)
     sums: dict[str, torch.Tensor] = {}
     done = 0
@@ -158,7 +171,7 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
         start = time.perf_counter()
         gt = rollout(nenv, initial, horizon, GROUND_TRUTH, on_step=bar.update)
         middle = time.perf_counter()
-        pred = rollout(nenv, initial, horizon, env_mode, on_step=bar.update)
+        pred = rollout(evaluated, initial, horizon, env_mode, on_step=bar.update)
         seconds["ground_truth"] += middle - start
         seconds["evaluated"] += time.perf_counter() - middle
         bar.set_postfix(env_steps_per_s=f"{(batch + 1) * num_envs * 2 * horizon / sum(seconds.values()):,.0f}")
@@ -196,6 +209,7 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
         "mass_matrix_refresh": env.mass_matrix_refresh,
         "contact_friction": env.contact_friction,
         "robot_variant": env.robot_variant,
+        "evaluated_robot_variant": evaluated.env.robot_variant,
         "control_mode": getattr(env, "control_mode", ""),
         "metrics": {name: float(v.mean()) for name, v in per_step.items() if name != "per_dof"},
         "metrics_by_horizon": {
@@ -215,8 +229,13 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
 def format_results(results: dict[str, Any]) -> str:
     """A text table of the metrics of one evaluation."""
     by_horizon = results["metrics_by_horizon"]
+    variants = ""
+    if results.get("robot_variant"):
+        evaluated = results.get("evaluated_robot_variant", results["robot_variant"])
+        variants = (f" ('{evaluated}' vs '{results['robot_variant']}')" if results["env_mode"] == GROUND_TRUTH
+                    else f" ('{results['robot_variant']}')")
     lines = [
-        f"{results['env_name']} passive motion, {results['env_mode']} vs ground truth: "
+        f"{results['env_name']} passive motion, {results['env_mode']} vs ground truth{variants}: "
         f"{results['num_rollouts']} rollouts x {results['rollout_horizon']} steps (seed {results['seed']}, "
         f"initial states: {results['initial_states']}"
         + (f", contact config {results['contact_config']})" if results["contact_config"] is not None else ")"),

@@ -4,8 +4,8 @@ A NeRD token of step t concatenates, in the robot-centric frame of that step's a
 ``states`` (dof_q + dof_qd), contact ``contact_normals`` (3C), ground points ``contact_points_1`` (3C),
 ``contact_depths`` (C), the applied ``joint_acts`` (J) and, for robots in the body frame, the gravity
 direction ``gravity_dir`` (3). Features of inactive contact candidates are zeroed after the transform.
-Groups that would be empty (no contacts) are left out, which reproduces the release's token widths
-(Cartpole 6, Pendulum 37, Ant 215).
+Groups that would be empty (no contacts; no torques for a passive robot such as CubeToss) are left out, which
+reproduces the release's token widths (Cartpole 6, Pendulum 37, Ant 215).
 
 Pure torch, engine-free: the same code runs on dataset batches and on live simulator tensors.
 """
@@ -13,12 +13,13 @@ Pure torch, engine-free: the same code runs on dataset batches and on live simul
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from nerd.envs import env_class
 from nerd.errors import UserError
 from nerd.representation import (
     StateLayout,
@@ -63,7 +64,8 @@ class RobotSignature:
         groups = {"states": self.dof_q + self.dof_qd}
         if c:
             groups.update(contact_normals=3 * c, contact_points_1=3 * c, contact_depths=c)
-        groups["joint_acts"] = self.joint_act_dim
+        if self.joint_act_dim:
+            groups["joint_acts"] = self.joint_act_dim
         if self.states_frame == "body":
             groups["gravity_dir"] = 3
         return groups
@@ -97,11 +99,23 @@ class RobotSignature:
             return
         if other.env_name != self.env_name:
             raise UserError(f"the {what} is for robot {self.env_name}, not {other.env_name}")
-        if other.robot_variant != self.robot_variant:
+        if other.robot_variant != self.robot_variant and _variants_interchangeable(self.env_name):
+            # The same robot under other physics (CubeToss "sim" / "real"): only the layout has to match.
+            if replace(other, robot_variant=self.robot_variant) == self:
+                return
+        elif other.robot_variant != self.robot_variant:
             raise UserError(f"the {what} is for the {self.env_name} variant '{self.robot_variant}', but the "
                             f"environment is the '{other.robot_variant}' variant (choose it with --robot-variant)")
         diffs = [f"{k} {v} vs {getattr(other, k)}" for k, v in asdict(self).items() if getattr(other, k) != v]
         raise UserError(f"the {what}'s state/contact layout does not match the environment: {', '.join(diffs)}")
+
+
+def _variants_interchangeable(env_name: str) -> bool:
+    """The robot's :attr:`~nerd.envs.environment.Environment.robot_variants_interchangeable` (False if unknown)."""
+    try:
+        return env_class(env_name).robot_variants_interchangeable
+    except UserError:
+        return False
 
 
 def signature_of_env(env) -> RobotSignature:
@@ -127,7 +141,7 @@ def build_inputs(sig: RobotSignature, states: Tensor, root_body_q: Tensor, joint
         sig: The robot.
         states: (..., dof_q + dof_qd) world-frame states.
         root_body_q: (..., 7) world pose of the anchor body (used by fixed-base body-frame robots).
-        joint_acts: (..., J) applied joint torques.
+        joint_acts: (..., J) applied joint torques; ignored when the robot has none (J = 0).
         contacts: ``contact_normals``, ``contact_points_1`` (..., C, 3), ``contact_depths``,
             ``contact_thicknesses`` (..., C), world frame; ignored when the robot has no contacts.
 
@@ -148,7 +162,8 @@ def build_inputs(sig: RobotSignature, states: Tensor, root_body_q: Tensor, joint
         groups["contact_normals"] = torch.where(active[..., None], normals, zero).flatten(-2)
         groups["contact_points_1"] = torch.where(active[..., None], points, zero).flatten(-2)
         groups["contact_depths"] = torch.where(active, depths, zero)
-    groups["joint_acts"] = joint_acts
+    if sig.joint_act_dim:
+        groups["joint_acts"] = joint_acts
     if sig.states_frame == "body":
         groups["gravity_dir"] = gravity_to_anchor_frame(anchor)
     return groups, anchor

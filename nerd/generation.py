@@ -54,9 +54,10 @@ class GenerationConfig:
     mass_matrix_refresh: str | None = None
     """Featherstone's mass-matrix refresh, ``"frame"`` or ``"substep"``; None for the robot's default (frame)."""
     contact_friction: str | None = None
-    """Ground-contact friction law, ``"coulomb"`` or ``"huber"``; None for the robot's default (coulomb)."""
+    """Ground-contact friction law, ``"coulomb"`` or ``"huber"``; None for the robot's default."""
     robot_variant: str | None = None
-    """Model variant of robots with several (Anymal: ``"physical"``, ``"release"``); None for the default."""
+    """Variant of robots with several (Anymal: ``"physical"``, ``"release"``; CubeToss: ``"sim"``, ``"real"``); None
+    for the default. Recorded in the file's attributes (the robot signature's ``robot_variant``)."""
     control_mode: str | None = None
     """Controller of robots with several (Anymal, Franka); it matters for ``random_control = "actions"`` robots
     only (the others' data bypasses the controller); None for the robot's default."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 from nerd.envs.environment import Environment
 from nerd.errors import UserError
 
-ENV_NAMES = ("Cartpole", "PendulumWithContact", "Ant", "Anymal", "Franka")
+ENV_NAMES = ("Cartpole", "PendulumWithContact", "Ant", "Anymal", "Franka", "CubeToss")
 
 
 def env_class(name: str) -> type[Environment]:
@@ -29,6 +29,8 @@ def env_class(name: str) -> type[Environment]:
         from nerd.envs.anymal import Anymal as cls
     elif name == "Franka":
         from nerd.envs.franka import Franka as cls
+    elif name == "CubeToss":
+        from nerd.envs.cube_toss import CubeToss as cls
     else:
         raise UserError(f"unknown env name '{name}'; valid names: {', '.join(ENV_NAMES)}")
     return cls
@@ -47,8 +49,9 @@ def make_env(name: str, num_envs: int, device: str = "cpu", solver: str | None =
             None keeps the robot's default (see :data:`nerd.envs.environment.MASS_MATRIX_REFRESH`).
         contact_friction: Ground-contact friction law, ``"coulomb"`` (Newton's) or ``"huber"`` (warp.sim's);
             None keeps the robot's default (see :data:`nerd.envs.environment.CONTACT_FRICTION`).
-        robot_variant: Variant of robots that define several (``Anymal``: ``"physical"`` or ``"release"``, see
-            :mod:`nerd.envs.anymal`); None keeps the robot's default. Any other robot refuses a variant.
+        robot_variant: One of the robot's :attr:`~nerd.envs.environment.Environment.robot_variants` (``Anymal``:
+            ``"physical"`` or ``"release"``; ``CubeToss``: ``"sim"`` or ``"real"``); None keeps the robot's default.
+            A robot without variants refuses one.
         control_mode: Controller of robots that offer several (``Environment.control_modes``; Anymal:
             ``"position"`` or ``"torque"``; Franka: ``"torque"`` or ``"position"``); None keeps the robot's
             default. Any other robot refuses a control mode.

@@ -194,16 +194,13 @@ class Anymal(Environment):
     def __init__(self, num_envs: int, device: str = "cpu", solver: str | None = None, use_graph: bool = True,
                  mass_matrix_refresh: str | None = None, contact_friction: str | None = None,
                  robot_variant: str | None = None, control_mode: str | None = None):
-        robot_variant = robot_variant or ROBOT_VARIANTS[0]
-        if robot_variant not in ROBOT_VARIANTS:
-            raise UserError(f"unknown Anymal variant '{robot_variant}'; valid variants: {', '.join(ROBOT_VARIANTS)}")
         control_mode = control_mode or CONTROL_MODES[0]
         if control_mode not in CONTROL_MODES:
             raise UserError(f"unknown Anymal control mode '{control_mode}'; valid: {', '.join(CONTROL_MODES)}")
-        self.robot_variant = robot_variant
         self.control_mode = control_mode
         super().__init__(num_envs, device=device, solver=solver, use_graph=use_graph,
-                         mass_matrix_refresh=mass_matrix_refresh, contact_friction=contact_friction)
+                         mass_matrix_refresh=mass_matrix_refresh, contact_friction=contact_friction,
+                         robot_variant=robot_variant)
         self.q_default = default_joint_q().to(self.torch_device)
         self.kp = torch.full((num_envs, 1), PD_KP, device=self.torch_device)
         """(N, 1) or (N, 12) proportional gains of the position controller [N·m/rad]."""

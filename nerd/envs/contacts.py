@@ -40,7 +40,8 @@ class ContactCandidates:
         body: (C,) body index within one env.
         shape: (C,) shape index within one env.
         point: (C, 3) candidate point in body coordinates [m].
-        thickness: (C,) radius of the shape at that point [m] (0 for box corners and meshes).
+        thickness: (C,) radius of the shape at that point [m]; for box corners the box's contact margin (Newton's
+            ``margin``, warp.sim's box "thickness", 0 unless the robot sets one); 0 for meshes.
     """
 
     body: np.ndarray
@@ -64,6 +65,7 @@ def extract_contact_candidates(model: newton.Model, shapes_per_env: int) -> Cont
     shape_body = model.shape_body.numpy()[:shapes_per_env]
     shape_xform = model.shape_transform.numpy()[:shapes_per_env]
     shape_scale = model.shape_scale.numpy()[:shapes_per_env]
+    shape_margin = model.shape_margin.numpy()[:shapes_per_env]
     bodies, shapes, points, thicknesses = [], [], [], []
     for s in range(shapes_per_env):
         if not shape_flags[s] & newton.ShapeFlags.COLLIDE_SHAPES or shape_body[s] < 0:
@@ -75,8 +77,9 @@ def extract_contact_candidates(model: newton.Model, shapes_per_env: int) -> Cont
             local, radius = [(0.0, 0.0, -scale[1]), (0.0, 0.0, scale[1])], scale[0]
         elif shape_type[s] == newton.GeoType.BOX:
             signs = (-1, 1)
-            local = [(sx * scale[0], sy * scale[1], sz * scale[2]) for sx in signs for sy in signs for sz in signs]
-            radius = 0.0
+            # warp.sim's get_box_vertex order: bit 0 = x, bit 1 = y, bit 2 = z (0 = -, 1 = +).
+            local = [(sx * scale[0], sy * scale[1], sz * scale[2]) for sz in signs for sy in signs for sx in signs]
+            radius = shape_margin[s]
         else:
             # Meshes and other geometry: the shape origin only (a known weakness of the representation).
             local, radius = [(0.0, 0.0, 0.0)], 0.0

@@ -74,6 +74,8 @@ class Environment:
             path is kept for debugging and for differentiable use.
         mass_matrix_refresh: One of :data:`MASS_MATRIX_REFRESH`; None keeps the robot's default.
         contact_friction: One of :data:`CONTACT_FRICTION`; None keeps the robot's default.
+        robot_variant: One of the robot's :attr:`robot_variants`; None keeps its first. A robot without variants
+            refuses one.
     """
 
     name: ClassVar[str] = ""
@@ -103,6 +105,12 @@ class Environment:
     robot with one model (then :attr:`robot_variant` is ``""``)."""
     robot_variant: str = ""
     """The variant this env was built as (recorded in datasets' and checkpoints' robot signature)."""
+    robot_variants_interchangeable: ClassVar[bool] = False
+    """Whether a model or dataset of one variant may meet an environment of another. False (Anymal): the variants
+    are different robot models (body order, mass matrix), so a model of the other variant is refused. True
+    (CubeToss): the variants are the same robot (same state, same contact candidates) under different physics, so
+    a sim-trained model may be fine-tuned on, or evaluated against, "real" data; the signature still records the
+    variant each file was made with."""
     random_control: ClassVar[str] = "torques"
     """What data generation draws each frame: ``"torques"`` (:meth:`sample_random_torques`, white noise applied
     directly) or ``"actions"`` (:meth:`sample_random_actions` through the robot's controller, after
@@ -113,7 +121,8 @@ class Environment:
     rotation angle, ``"end_effector"`` distance between the :meth:`end_effector_position` of the two states."""
 
     def __init__(self, num_envs: int, device: str = "cpu", solver: str | None = None, use_graph: bool = True,
-                 mass_matrix_refresh: str | None = None, contact_friction: str | None = None):
+                 mass_matrix_refresh: str | None = None, contact_friction: str | None = None,
+                 robot_variant: str | None = None):
         if num_envs < 1:
             raise UserError(f"num_envs must be at least 1, got {num_envs}")
         solver = solver or self.default_solver
@@ -128,6 +137,14 @@ class Environment:
         if contact_friction not in CONTACT_FRICTION:
             raise UserError(f"unknown contact friction '{contact_friction}'; valid: {', '.join(CONTACT_FRICTION)}")
         self.contact_friction = contact_friction
+        if self.robot_variants:
+            robot_variant = robot_variant or self.robot_variants[0]
+            if robot_variant not in self.robot_variants:
+                raise UserError(f"unknown {self.name} variant '{robot_variant}'; "
+                                f"valid variants: {', '.join(self.robot_variants)}")
+            self.robot_variant = robot_variant
+        elif robot_variant:
+            raise UserError(f"{self.name} has a single variant; it takes no robot_variant ('{robot_variant}')")
         self.num_envs = num_envs
         self.device = wp.get_device(device)
         self.torch_device = wp.device_to_torch(self.device)
@@ -161,8 +178,9 @@ class Environment:
         # Joint torques are exchanged for the non-free DoFs only (a free joint has no actuator).
         self.act_dof_indices = list(range(6, self.dof_qd)) if self.floating_base else list(range(self.dof_qd))
         self.act_dim = len(self.act_dof_indices)
-        # A slice (the actuated DoFs are contiguous): the per-step write is a view, no index tensor per step.
-        self._act_columns = slice(self.act_dof_indices[0], self.act_dof_indices[-1] + 1)
+        # A slice (the actuated DoFs are contiguous): the per-step write is a view, no index tensor per step. Empty
+        # for a robot without actuators (CubeToss).
+        self._act_columns = slice(6 if self.floating_base else 0, self.dof_qd)
 
         self._joint_q = wp.to_torch(self.state_0.joint_q).view(num_envs, self.dof_q)
         self._joint_qd = wp.to_torch(self.state_0.joint_qd).view(num_envs, self.dof_qd)

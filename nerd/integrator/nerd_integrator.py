@@ -194,8 +194,10 @@ class NeRDIntegrator(newton.solvers.SolverBase):
         with torch.inference_mode():
             next_states = integrate_target(states, self.predict_targets(), anchor, self.signature.layout)
         # One host synchronisation for both checks: the torques the step read and the states it predicted.
-        if self.check_nan and not bool(torch.isfinite(next_states).all() & torch.isfinite(groups["joint_acts"]).all()):
-            if not bool(torch.isfinite(groups["joint_acts"]).all()):
+        # A robot without actuators (CubeToss) has no joint_acts group: an empty tensor is always finite.
+        acts = groups.get("joint_acts", next_states[:, :0])
+        if self.check_nan and not bool(torch.isfinite(next_states).all() & torch.isfinite(acts).all()):
+            if not bool(torch.isfinite(acts).all()):
                 raise UserError(f"{self.signature.env_name}: joint torques (or the actions they come from) contain "
                                 "NaN or inf")
             bad = torch.nonzero(~torch.isfinite(next_states).all(dim=1)).flatten().tolist()

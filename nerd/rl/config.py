@@ -78,7 +78,8 @@ class RLEnvConfig:
     contact_friction: str | None = None
     """Ground-contact friction law, ``"coulomb"`` or ``"huber"``; None for the robot's default (coulomb)."""
     robot_variant: str | None = None
-    """Model variant of robots with several (Anymal: ``"physical"``, ``"release"``); None for the default."""
+    """Variant of robots with several (Anymal: ``"physical"``, ``"release"``; CubeToss: ``"sim"``, ``"real"``); None
+    for the default."""
     control_mode: str | None = None
     """Controller of robots that offer several (Franka: ``"torque"`` or ``"position"``, the joint-position PD,
     which also holds each action for 2 frames; Anymal: ``"position"`` or ``"torque"``); None for the robot's

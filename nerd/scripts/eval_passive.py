@@ -48,6 +48,9 @@ def main(argv: list[str] | None = None) -> None:
     add_mass_matrix_refresh_arg(parser)
     add_robot_variant_arg(parser)
     add_control_mode_arg(parser)
+    parser.add_argument("--evaluated-robot-variant", default=None,
+                        help="with --env-mode ground-truth: evaluate this variant's ground truth against "
+                             "--robot-variant's (e.g. the mismatched CubeToss 'sim' simulator against 'real')")
     parser.add_argument("--output", default=None, help="results JSON (a PNG of error vs step is written beside it)")
     parser.add_argument("--compile-model", action="store_true",
                         help="torch.compile the NeRD model's per-step prediction (faster after ~1 min of compiling)")
@@ -78,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
                          args.rollout_horizon, args.seed, config, resolve_device(args.device),
                          initial_states=args.initial_states, mass_matrix_refresh=args.mass_matrix_refresh,
                          robot_variant=args.robot_variant, control_mode=args.control_mode,
-                         compile_model=args.compile_model)
+                         compile_model=args.compile_model, evaluated_robot_variant=args.evaluated_robot_variant)
         for config in configs
     ]
     for results in runs:

@@ -10,11 +10,22 @@ from nerd.features import active_contact_mask, build_inputs, signature_of_env
 from nerd.frames import quat_from_axis_angle, quat_mul, quat_rotate
 
 
-@pytest.mark.parametrize("name,width", [("Cartpole", 6), ("PendulumWithContact", 37), ("Ant", 215)])
+@pytest.mark.parametrize("name,width", [("Cartpole", 6), ("PendulumWithContact", 37), ("Ant", 215),
+                                        ("CubeToss", 72)])
 def test_token_widths_match_the_release(name, width):
-    """Per-token widths are those of the NeRD release: Cartpole 6, Pendulum 37, Ant 215."""
+    """Per-token widths are those of the NeRD release: Cartpole 6, Pendulum 37, Ant 215; the passive cube 72
+    (13 states, 8 corners x 7 contact features, gravity 3, no torque group)."""
     sig = signature_of_env(make_env(name, 1))
     assert sum(sig.input_groups.values()) == width
+
+
+def test_a_robot_without_torques_has_no_torque_group():
+    """CubeToss has no actuator: no joint_acts group, and inputs built from (N, 0) torques leave it out."""
+    env = make_env("CubeToss", 2)
+    sig = signature_of_env(env)
+    assert sig.joint_act_dim == 0 and "joint_acts" not in sig.input_groups
+    groups, _ = build_inputs(sig, env.get_states(), env.get_root_body_q(), torch.zeros(2, 0), env.get_contacts())
+    assert {k: v.shape[-1] for k, v in groups.items()} == sig.input_groups
 
 
 def test_inactive_contacts_are_zeroed():

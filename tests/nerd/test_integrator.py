@@ -21,7 +21,7 @@ def tiny_neural_env(name: str, num_envs: int, env_mode: str = "neural", **kwargs
     return NeuralEnvironment(env, NeRDModel(sig.input_groups, sig.target_dim, TINY), env_mode)
 
 
-@pytest.mark.parametrize("name", ["Cartpole", "PendulumWithContact", "Ant"])
+@pytest.mark.parametrize("name", ["Cartpole", "PendulumWithContact", "Ant", "CubeToss"])
 def test_perfect_predictor_reproduces_ground_truth(name):
     """With the model replaced by the exact ground-truth target, neural rollouts equal ground-truth rollouts."""
     n, steps = 3, 15
@@ -163,6 +163,32 @@ def test_same_robot_with_another_layout_is_refused():
     other = dataclasses.replace(sig, contact_count=8)
     with pytest.raises(ValueError, match="contact_count 4 vs 8"):
         sig.check_compatible(other)
+
+
+@pytest.mark.parametrize("name, trained, used", [("Anymal", "release", "physical"), ("CubeToss", "sim", "real")])
+def test_a_model_of_another_variant_is_refused_unless_the_variants_are_interchangeable(tmp_path, name, trained, used):
+    """Anymal's variants are different robot models: a checkpoint of one is refused by an env of the other. CubeToss's
+    are the same cube under other contact physics (robot_variants_interchangeable): its sim-trained model loads into
+    the "real" env (the fine-tuning demo), while the checkpoint still records the variant it was trained on; a
+    layout change is refused there too."""
+    import dataclasses
+
+    from nerd.checkpoint import load_checkpoint, save_checkpoint
+
+    sig = signature_of_env(make_env(name, 1, robot_variant=trained, use_graph=False))
+    path = tmp_path / "model.pt"
+    save_checkpoint(path, NeRDModel(sig.input_groups, sig.target_dim, TINY), sig, {}, history_length=2)
+    env = make_env(name, 1, robot_variant=used, use_graph=False)
+    assert load_checkpoint(path)[1].robot_variant == trained
+    if name == "Anymal":
+        assert not env.robot_variants_interchangeable
+        with pytest.raises(ValueError, match=f"variant '{trained}', but the environment is the '{used}' variant"):
+            NeuralEnvironment.from_checkpoint(env, path)
+    else:
+        assert env.robot_variants_interchangeable
+        assert NeuralEnvironment.from_checkpoint(env, path).signature.robot_variant == used
+        with pytest.raises(ValueError, match="contact_count 8 vs 4"):
+            sig.check_compatible(dataclasses.replace(signature_of_env(env), contact_count=4))
 
 
 def test_reset_forgets_non_finite_tokens_of_the_old_episode():

@@ -123,7 +123,7 @@ def test_unknown_variant_and_variant_on_other_robots_are_refused():
     """A variant name outside the list, or a variant for a robot that has none, is a one-line error."""
     with pytest.raises(UserError, match="valid variants: physical, release"):
         make_env("Anymal", 1, robot_variant="faithful")
-    with pytest.raises(UserError, match="applies to Anymal only"):
+    with pytest.raises(UserError, match="applies to Anymal, CubeToss only"):
         make_env("Ant", 1, robot_variant="release")
     with pytest.raises(UserError, match="position, torque"):
         from nerd.envs.anymal import Anymal

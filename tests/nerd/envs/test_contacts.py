@@ -12,9 +12,10 @@ from nerd.envs.contacts import FRICTION_SMOOTHING, eval_ground_contact_forces
 from nerd.frames import quat_rotate
 
 
-@pytest.mark.parametrize("name,count", [("Cartpole", 0), ("PendulumWithContact", 4), ("Ant", 25)])
+@pytest.mark.parametrize("name,count", [("Cartpole", 0), ("PendulumWithContact", 4), ("Ant", 25), ("CubeToss", 8)])
 def test_candidate_counts(name, count):
-    """Cartpole has no contacts, the pendulum 4 (capsule ends), the Ant 25 (sphere + 2 per capsule)."""
+    """Cartpole has no contacts, the pendulum 4 (capsule ends), the Ant 25 (sphere + 2 per capsule), the cube 8
+    (box corners)."""
     env = make_env(name, 2)
     assert env.contact_count == count
     contacts = env.get_contacts()

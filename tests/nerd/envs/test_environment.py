@@ -69,7 +69,9 @@ def test_unknown_names_list_valid_ones():
         make_env("PendulumWithContact", 1, contact_config=9)
     with pytest.raises(ValueError, match="PendulumWithContact only"):
         make_env("Ant", 1, contact_config=1)
-    assert set(ENV_NAMES) == {"Cartpole", "PendulumWithContact", "Ant", "Anymal", "Franka"}
+    with pytest.raises(ValueError, match="valid variants: sim, real"):
+        make_env("CubeToss", 1, robot_variant="rea")
+    assert set(ENV_NAMES) == {"Cartpole", "PendulumWithContact", "Ant", "Anymal", "Franka", "CubeToss"}
 
 
 @pytest.mark.parametrize("name", ENV_NAMES)
@@ -85,8 +87,9 @@ def test_samplers_respect_spec_ranges(name):
         torques = env.sample_random_torques(64, g)
     assert states.shape == (64, env.state_dim) and torques.shape == (64, env.act_dim)
     assert torch.isfinite(states).all()
-    limit = {"Cartpole": 1500.0, "PendulumWithContact": 1500.0, "Ant": 400.0, "Anymal": 1.0, "Franka": 100.0}[name]
-    assert torques.abs().max() <= limit
+    limit = {"Cartpole": 1500.0, "PendulumWithContact": 1500.0, "Ant": 400.0, "Anymal": 1.0, "Franka": 100.0,
+             "CubeToss": 0.0}[name]
+    assert (torques.abs() <= limit).all()
     if name == "Ant":
         assert ((states[:, 2] >= 1.0) & (states[:, 2] <= 1.3)).all()
         torch.testing.assert_close(states[:, 3:7].norm(dim=1), torch.ones(64))
@@ -113,7 +116,7 @@ def test_environments_import_only_the_engine_and_nerd_frames():
     """nerd.envs sits below the rest of nerd: importing every robot loads only nerd.frames and nerd.errors."""
     code = (
         "import sys, nerd.envs, nerd.envs.cartpole, nerd.envs.pendulum, nerd.envs.ant, nerd.envs.anymal, "
-        "nerd.envs.franka, nerd.envs.protocol; "
+        "nerd.envs.franka, nerd.envs.cube_toss, nerd.envs.protocol; "
         "bad = sorted(m for m in sys.modules if m.startswith('nerd.') and not m.startswith('nerd.envs') "
         "and m not in ('nerd.frames', 'nerd.errors')); assert not bad, bad"
     )
