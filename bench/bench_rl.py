@@ -50,8 +50,9 @@ REPO = Path(__file__).resolve().parents[1]
 ROBOTS = ("Cartpole", "PendulumWithContact", "Ant", "Anymal")
 TASKS = {"Cartpole": "swingup", "Ant": "run"}
 """The RL task timed per robot; a robot without one is timed on passive stepping with random torques."""
-SHIPPED = {name: REPO / "pretrained_models" / "NeRD_models" / name / "model.pt"
-           for name in ("Cartpole", "PendulumWithContact")}
+SHIPPED = {name: path for name in ROBOTS
+           if (path := REPO / "pretrained_models" / "NeRD_models" / name / "model.pt").is_file()}
+"""The shipped NeRD model of each robot that has one; the others are timed with an untrained model."""
 TINY_MODEL = ModelConfig(transformer=TransformerConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, head_hidden=[16]))
 
 
