@@ -4,7 +4,8 @@ Each batch resets all N envs to states drawn by the robot's sampler (spec §8), 
 with white-noise torques (or none with ``passive``), and appends the batch's finite trajectories to the HDF5
 file. Robots whose data goes through a controller (``random_control = "actions"``, ANYmal's PD law) instead draw
 random actions and controller parameters every frame; the file then holds the actions and the torques the
-controller produced (``joint_acts``); ``passive`` gives them zero actions at the controller's default gains. Trajectories that contain NaN/inf or a coordinate beyond 1e5 are dropped and counted.
+controller produced (``joint_acts``); ``passive`` gives them zero actions at the controller's default gains.
+Trajectories that contain NaN/inf or a coordinate beyond 1e5 are dropped and counted.
 """
 
 from __future__ import annotations

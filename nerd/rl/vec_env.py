@@ -89,16 +89,19 @@ class NeRDVecEnv(IVecEnv):
     def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict]:
         """Apply actions (N, A) in [-1, 1] for one frame; done envs are reset (see the module docstring)."""
         actions = torch.as_tensor(actions, dtype=torch.float32, device=self.device).clamp(-1.0, 1.0)
+        # Start-of-frame contact depths, read before stepping (the release's termination sees them one frame stale).
+        depths = self.nenv.get_contacts()["contact_depths"] if self.task.needs_contact_depths else None
         self.nenv.step(actions)
+        joint_acts = self.nenv.joint_acts
         states = self.nenv.get_states()
         self.progress += 1
         self.last_actions = actions
         finite = torch.isfinite(states).all(dim=1)
         zero = torch.zeros((), device=self.device)
         terms = {name: torch.where(finite, value, zero)
-                 for name, value in self.task.reward_terms(states, actions).items()}
+                 for name, value in self.task.reward_terms(states, actions, joint_acts).items()}
         rewards = torch.stack(list(terms.values())).sum(dim=0)
-        terminated = self.task.terminations(states) | ~finite
+        terminated = self.task.terminations(states, depths) | ~finite
         time_outs = (self.progress >= self.episode_length) & ~terminated
         dones = terminated | time_outs
         done_ids = torch.nonzero(dones).flatten()

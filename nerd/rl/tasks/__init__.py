@@ -6,11 +6,13 @@ import torch
 
 from nerd.errors import UserError
 from nerd.rl.tasks.ant import AntRun, AntSpin, AntSpinTrack
+from nerd.rl.tasks.anymal import AnymalForwardWalk, AnymalSideWalk
 from nerd.rl.tasks.base import Task
 from nerd.rl.tasks.cartpole import CartpoleSwingUp
 
 TASKS: dict[tuple[str, str], type[Task]] = {
-    (cls.robot, cls.name): cls for cls in (CartpoleSwingUp, AntRun, AntSpin, AntSpinTrack)
+    (cls.robot, cls.name): cls
+    for cls in (CartpoleSwingUp, AntRun, AntSpin, AntSpinTrack, AnymalForwardWalk, AnymalSideWalk)
 }
 """Task classes by (robot, task name)."""
 
