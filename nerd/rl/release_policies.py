@@ -38,14 +38,17 @@ def policy_path(release_dir: str | Path, task: str, robot: str = "Ant") -> Path:
 
 def play_release_policy(task: str, checkpoint: str | Path, num_games: int, num_envs: int, device: str = "cpu",
                         seed: int = 0, contact_friction: str | None = None, robot: str = "Ant",
-                        robot_variant: str | None = None) -> dict[str, Any]:
-    """Play one published policy of ``robot`` in the ground truth; returns the report of the module docstring."""
+                        robot_variant: str | None = None, episode_length: int | None = None) -> dict[str, Any]:
+    """Play one published policy of ``robot`` in the ground truth; returns the report of the module docstring.
+
+    ``episode_length`` shortens the task's episodes (tests); None keeps the task's (the paper's numbers)."""
     cfg = load_rl_config(Path(__file__).resolve().parents[2] / "cfg" / "rl" / robot / f"{task}.yaml")
     cfg = copy.deepcopy(cfg)
     cfg.env.env_mode = "ground-truth"
     cfg.env.num_envs = min(num_envs, num_games)
     cfg.env.contact_friction = contact_friction
     cfg.env.robot_variant = robot_variant
+    cfg.env.episode_length = episode_length or cfg.env.episode_length
     vec_env = make_vec_env(cfg.env, device, seed)
     act = load_policy(cfg, checkpoint, vec_env.get_env_info(), device)
     model = load_rl_games_checkpoint(checkpoint)["model"]
@@ -58,7 +61,7 @@ def play_release_policy(task: str, checkpoint: str | Path, num_games: int, num_e
     paper_mean, paper_std = (None, None) if paper is None else paper
     return {
         "robot": robot, "robot_variant": vec_env.nenv.env.robot_variant, "task": task, "checkpoint": str(checkpoint),
-        "seed": seed, "contact_friction": vec_env.nenv.contact_friction,
+        "seed": seed, "contact_friction": vec_env.nenv.env.contact_friction,
         "paper_ground_truth": paper_mean, "paper_ground_truth_std": paper_std,
         "relative_to_paper": None if paper is None else (result["mean_reward"] - paper_mean) / paper_mean,
         "full_length_share": float((lengths >= vec_env.episode_length).mean()),

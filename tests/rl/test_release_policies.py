@@ -95,3 +95,18 @@ def test_published_anymal_policies_walk_in_the_release_variant(task, direction):
     speed = (vec_env.nenv.get_states()[:, :2] - start) / 1.0 @ torch.tensor(direction)
     assert (speed > 0.7).all() and (speed < 1.3).all(), speed
     assert (ret / 120 > 1.15).all(), ret / 120
+
+
+def test_play_release_policy_reports_anymal_against_the_paper():
+    """The measurement's report (shortened episodes): robot, variant, friction, the paper's mean ± std, per-term
+    rewards and observation z-scores, and a table row naming them."""
+    from nerd.rl.release_policies import format_report, play_release_policy
+
+    res = play_release_policy("side_walk", policy("side_walk", "Anymal"), num_games=2, num_envs=2, robot="Anymal",
+                              robot_variant="release", contact_friction="huber", episode_length=20)
+    assert (res["robot"], res["robot_variant"], res["contact_friction"]) == ("Anymal", "release", "huber")
+    assert (res["paper_ground_truth"], res["paper_ground_truth_std"]) == (1360.2, 81.2)
+    assert res["episode_lengths"] == [20, 20] and res["full_length_share"] == 1.0
+    assert set(res["reward_terms"]) == {"velocity", "yaw", "torque", "floor"} and len(res["observation_mean_z"]) == 37
+    row = format_report([res]).splitlines()[-1]
+    assert row.startswith("| Anymal / side_walk | release | huber | 2 |") and "1360.2 ± 81.2" in row
