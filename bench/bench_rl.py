@@ -9,8 +9,9 @@ trained Cartpole checkpoint with ``--cartpole-model``.
 Writes ``bench/results/rl.json`` (``rl_quick.json`` with ``--quick``) and prints a Markdown table.
 
 Example:
-    python bench/bench_rl.py            # Cartpole N = 64, 512, 2048; Ant N = 16, 64, 256 (several minutes)
+    python bench/bench_rl.py            # Cartpole N = 64, 512, 2048; Ant N = 16, 64, 256; Anymal N = 1, 64, 512
     python bench/bench_rl.py --quick    # small sizes and tiny models, about a minute
+    python bench/bench_rl.py --robots Anymal --output bench/results/rl_anymal.json   # one robot
 """
 
 import argparse
@@ -42,9 +43,11 @@ REPO = Path(__file__).resolve().parents[1]
 FULL_MODELS = {
     "Cartpole": lambda: load_config(REPO / "cfg/train/Cartpole/cpu.yaml", TrainConfig).model,
     "Ant": lambda: ModelConfig(transformer=TransformerConfig(n_layer=6, n_head=12, n_embd=384, block_size=32)),
+    # The release's ANYmal model has the same transformer size as its Ant's.
+    "Anymal": lambda: ModelConfig(transformer=TransformerConfig(n_layer=6, n_head=12, n_embd=384, block_size=32)),
 }
 TINY_MODEL = ModelConfig(transformer=TransformerConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, head_hidden=[16]))
-TASKS = {"Cartpole": "swingup", "Ant": "run"}
+TASKS = {"Cartpole": "swingup", "Ant": "run", "Anymal": "forward_walk"}
 
 
 def build_vec_env(robot: str, num_envs: int, mode: str, model_cfg: ModelConfig | None, model_path: str | None,
@@ -74,7 +77,7 @@ def env_steps_per_second(vec_env: NeRDVecEnv, min_seconds: float) -> float:
     while time.perf_counter() - start < min_seconds:
         vec_env.step(actions[steps % len(actions)])
         steps += 1
-    vec_env.nenv.synchronize()
+    vec_env.nenv.env.synchronize()
     return steps * vec_env.num_envs / (time.perf_counter() - start)
 
 
@@ -83,12 +86,14 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--quick", action="store_true", help="small env counts and tiny models")
     parser.add_argument("--cartpole-model", default=None, help="time a trained Cartpole NeRD checkpoint instead")
+    parser.add_argument("--robots", nargs="+", choices=tuple(TASKS), default=list(TASKS), help="robots to time")
     parser.add_argument("--output", default=None, help="results JSON (default: bench/results/rl.json)")
     args = parser.parse_args()
     device = resolve_device(args.device)
-    sizes = {"Cartpole": (16, 64), "Ant": (4, 16)}
+    sizes = {"Cartpole": (16, 64), "Ant": (4, 16), "Anymal": (1, 16)}
     if not args.quick:
-        sizes = {"Cartpole": (64, 512, 2048), "Ant": (16, 64, 256)}
+        sizes = {"Cartpole": (64, 512, 2048), "Ant": (16, 64, 256), "Anymal": (1, 64, 512)}
+    sizes = {robot: sizes[robot] for robot in args.robots}
     min_seconds = 0.5 if args.quick else 3.0
     output = Path(args.output or REPO / "bench" / "results" / ("rl_quick.json" if args.quick else "rl.json"))
     results = {"device": device, "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
