@@ -41,7 +41,7 @@ import torch
 import warp as wp
 
 from nerd.envs.environment import Environment, uniform
-from nerd.frames import quat_from_axis_angle, quat_from_euler_xyz, quat_mul, quat_rotate
+from nerd.frames import quat_from_axis_angle, quat_mul, quat_rotate
 
 TORSO_RADIUS = 0.25  # [m]
 TORSO_DENSITY = 5.0  # [kg/m^3]
@@ -70,7 +70,8 @@ LEGS = (
 )
 # Data generation (spec §8).
 INIT_HEIGHT_RANGE = (1.0, 1.3)  # [m]
-INIT_TILT_RANGE = 0.5  # [rad] roll and pitch uniform in +-this; yaw uniform in +-pi
+INIT_HORIZONTAL_RANGE = 10.0  # [m] torso x and y uniform in +-this (the release's)
+INIT_TILT_RANGE = math.pi / 2  # [rad] body-frame tilt about a random axis, angle uniform in +-this (the release's)
 INIT_HIP_RANGE = math.radians(40.0)
 INIT_ANG_VEL_RANGE = math.pi  # [rad/s] body-frame angular velocity
 INIT_LIN_VEL_RANGE = 1.0  # [m/s] body-frame linear velocity
@@ -178,17 +179,19 @@ class Ant(Environment):
         return torch.cat([q, torch.zeros(n, self.dof_qd)], dim=1).to(self.torch_device)
 
     def sample_initial_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        """Torso 1.0-1.3 m high with random yaw and tilt, joints within range, random velocities (spec §8)."""
+        """The release's data sampler (spec §8): torso anywhere within +-10 m, 1.0-1.3 m high, tilted by U(+-pi/2)
+        about a random body axis; hips +-40 deg, ankles within range, body-frame velocities."""
         height = uniform(INIT_HEIGHT_RANGE[0], INIT_HEIGHT_RANGE[1], n, generator)
-        tilt = (INIT_TILT_RANGE, INIT_TILT_RANGE, math.pi)
-        euler = uniform([-t for t in tilt], tilt, n, generator)
-        quat = quat_from_euler_xyz(euler)
+        horizontal = uniform([-INIT_HORIZONTAL_RANGE] * 2, [INIT_HORIZONTAL_RANGE] * 2, n, generator)
+        axis = uniform([-1.0] * 3, [1.0] * 3, n, generator)
+        angle = uniform(-INIT_TILT_RANGE, INIT_TILT_RANGE, n, generator).squeeze(1)
+        quat = quat_from_axis_angle(axis, angle)
         joints = []
         for *_, ankle_sign in LEGS:
             hip = uniform(-INIT_HIP_RANGE, INIT_HIP_RANGE, n, generator)
             ankle = ankle_sign * uniform(ANKLE_LIMITS[0], ANKLE_LIMITS[1], n, generator)
             joints += [hip, ankle]
-        position = torch.cat([torch.zeros(n, 2), height], dim=1)
+        position = torch.cat([horizontal, height], dim=1)
         # Velocities are drawn in the torso frame and rotated to the world (Newton's free-joint convention).
         lin = quat_rotate(quat, uniform([-INIT_LIN_VEL_RANGE] * 3, [INIT_LIN_VEL_RANGE] * 3, n, generator))
         ang = quat_rotate(quat, uniform([-INIT_ANG_VEL_RANGE] * 3, [INIT_ANG_VEL_RANGE] * 3, n, generator))

@@ -1,5 +1,6 @@
 """The shared Environment machinery: graph capture, state access, masked resets, input checks."""
 
+import math
 import subprocess
 import sys
 
@@ -89,6 +90,11 @@ def test_samplers_respect_spec_ranges(name):
     if name == "Ant":
         assert ((states[:, 2] >= 1.0) & (states[:, 2] <= 1.3)).all()
         torch.testing.assert_close(states[:, 3:7].norm(dim=1), torch.ones(64))
+        # The release's tilt: up to pi/2 about a random axis, so the torso's z axis stays in the upper half-space
+        # and some draws tilt well past the task reset's pi/6; torsos spread over +-10 m horizontally.
+        tilt = 2.0 * torch.acos(states[:, 6].abs().clamp(max=1.0))
+        assert tilt.max() <= math.pi / 2 + 1e-5 and tilt.max() > 1.0
+        assert states[:, :2].abs().max() <= 10.0 and states[:, :2].abs().max() > 5.0
 
 
 def test_environment_and_neural_environment_implement_robot_env():
