@@ -14,6 +14,10 @@ Example:
     python bench/bench_envs.py                 # everything (a few minutes on 2 CPU cores)
     python bench/bench_envs.py --quick         # N = 1 and 64 only, no cold-cache compile
     python bench/bench_envs.py --stepping-only # stepping table only (no generation, no cold-cache compile)
+    python bench/bench_envs.py --envs Anymal --output bench/results/envs_anymal.json   # one robot
+
+Robots whose data goes through a controller (ANYmal's PD law) step with zero *actions* through it, and generate
+with random actions and per-env random gains; the others step with zero torques.
 """
 
 import argparse
@@ -38,14 +42,24 @@ MIN_SECONDS = 1.5  # time each measurement at least this long
 
 def steps_per_second(name: str, num_envs: int, use_graph: bool, device: str,
                      mass_matrix_refresh: str = "frame") -> float:
-    """Frames x envs per second of zero-torque stepping (after one warm-up frame that loads/captures)."""
+    """Frames x envs per second of zero-torque (zero-action for controller robots) stepping, after one warm-up
+    frame that loads/captures."""
     env = make_env(name, num_envs, device=device, use_graph=use_graph, mass_matrix_refresh=mass_matrix_refresh)
     env.reset(generator=torch.Generator().manual_seed(0))
-    torques = torch.zeros(num_envs, env.act_dim, device=env.torch_device)
-    env.step_with_joint_act(torques)
+    if env.random_control == "actions":
+        actions = torch.zeros(num_envs, env.action_dim, device=env.torch_device)
+
+        def step():
+            env.step(actions)
+    else:
+        torques = torch.zeros(num_envs, env.act_dim, device=env.torch_device)
+
+        def step():
+            env.step_with_joint_act(torques)
+    step()
     frames, start = 0, time.perf_counter()
     while time.perf_counter() - start < MIN_SECONDS:
-        env.step_with_joint_act(torques)
+        step()
         frames += 1
     env.synchronize()
     return frames * num_envs / (time.perf_counter() - start)
@@ -74,10 +88,17 @@ def generation_vs_stepping(name: str, num_envs: int, length: int, device: str, b
     env = make_env(name, num_envs, device=device)
     gen = torch.Generator().manual_seed(0)
     env.reset(states=env.sample_initial_states(num_envs, gen))
-    env.step_with_joint_act(env.sample_random_torques(num_envs, gen))
+
+    def random_step():
+        if env.random_control == "actions":  # what generation does: new gains and actions every frame
+            env.randomize_controller(gen)
+            env.step(env.sample_random_actions(num_envs, gen))
+        else:
+            env.step_with_joint_act(env.sample_random_torques(num_envs, gen))
+    random_step()
     start = time.perf_counter()
     for _ in range(batches * length):
-        env.step_with_joint_act(env.sample_random_torques(num_envs, gen))
+        random_step()
     env.synchronize()
     raw = num_envs * batches * length / (time.perf_counter() - start)
     result = {"raw_steps_per_s": raw, "batches": batches}
@@ -100,14 +121,15 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--quick", action="store_true", help="N = 1 and 64 only, skip cold-cache compile times")
     parser.add_argument("--stepping-only", action="store_true", help="skip generation and cold-cache compile")
+    parser.add_argument("--envs", nargs="+", choices=ENV_NAMES, default=list(ENV_NAMES), help="robots to measure")
     parser.add_argument("--output", default=str(Path(__file__).parent / "results" / "envs.json"))
     args = parser.parse_args()
     device = resolve_device(args.device)
     sizes = (1, 64) if args.quick else (1, 64, 512)
-    generation_sizes = {"Cartpole": 2048, "PendulumWithContact": 2048, "Ant": 16}
+    generation_sizes = {"Cartpole": 2048, "PendulumWithContact": 2048, "Ant": 16, "Anymal": 16}
     results = {"device": device, "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
                "torch_threads": torch.get_num_threads(), "stepping": [], "compile": {}, "generation": {}}
-    for name in ENV_NAMES:
+    for name in args.envs:
         for n in sizes:
             captured = steps_per_second(name, n, True, device)
             plain = steps_per_second(name, n, False, device)

@@ -21,6 +21,7 @@ Writes ``bench/results/rl.json`` (``rl_quick.json`` with ``--quick``) and prints
 Example:
     python bench/bench_rl.py            # Cartpole, PendulumWithContact, Ant at N = 64, 512, 2048
     python bench/bench_rl.py --quick    # small sizes and tiny models, about a minute
+    python bench/bench_rl.py --robots Anymal --output bench/results/rl_anymal.json   # one robot
 """
 
 import argparse
@@ -48,7 +49,7 @@ from nerd.training import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 ROBOTS = ("Cartpole", "PendulumWithContact", "Ant", "Anymal")
-TASKS = {"Cartpole": "swingup", "Ant": "run"}
+TASKS = {"Cartpole": "swingup", "Ant": "run", "Anymal": "forward_walk"}
 """The RL task timed per robot; a robot without one is timed on passive stepping with random torques."""
 SHIPPED = {name: path for name in ROBOTS
            if (path := REPO / "pretrained_models" / "NeRD_models" / name / "model.pt").is_file()}

@@ -217,3 +217,13 @@ def wrap_angle(x: Tensor) -> Tensor:
     wrapped = torch.remainder(x + math.pi, 2.0 * math.pi) - math.pi
     # A tiny negative x + π rounds its remainder up to exactly 2π, which would land on +π.
     return torch.where(wrapped >= math.pi, wrapped - 2.0 * math.pi, wrapped)
+
+
+Y_UP_BASE_ROTATION = (-math.sqrt(0.5), 0.0, 0.0, math.sqrt(0.5))
+"""q_c = rot(x, −π/2), xyzw: the NeRD release's turn of a Z-up robot (Ant, ANYmal) into its Y-up world; the
+release's base orientation is ``q_c ⊗ q`` for our Z-up orientation q (robots.md §0.1)."""
+
+
+def to_y_up(vectors: Tensor) -> Tensor:
+    """World vectors ``(..., 3)`` in the release's Y-up axes: ``(x, y, z) -> (x, z, −y)`` (robots.md §0.1)."""
+    return torch.stack([vectors[..., 0], vectors[..., 2], -vectors[..., 1]], dim=-1)

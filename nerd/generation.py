@@ -164,9 +164,13 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
                             env.randomize_controller(generator)
                         actions = (torch.zeros(n, env.action_dim, device=env.torch_device) if cfg.passive
                                    else env.sample_random_actions(n, generator))
-                        env.step(actions)
+                        env.check_actions(actions)
+                        torques = env.compute_torques(actions)
+                        # An env whose state diverged (stiff random gains held over a frame can do that) has
+                        # non-finite torques; it is stepped with zeros and its trajectory dropped below, as the
+                        # release dropped it, instead of stopping the whole batch.
+                        env.step_with_joint_act(torch.nan_to_num(torques, nan=0.0, posinf=0.0, neginf=0.0))
                         buffers["actions"][t] = actions
-                        torques = env.joint_acts
                     else:
                         torques = (torch.zeros(n, env.act_dim, device=env.torch_device) if cfg.passive
                                    else env.sample_random_torques(n, generator))

@@ -139,6 +139,11 @@ class NeuralEnvironment:
         """Copy of the current states (N, S), world frame."""
         return self.env.get_states()
 
+    @property
+    def joint_acts(self) -> torch.Tensor:
+        """Torques (N, J) applied in the last frame (the controller's output), in either mode."""
+        return self.env.joint_acts
+
     def get_root_body_q(self) -> torch.Tensor:
         """Pose of each env's anchor body (N, 7), world frame."""
         return self.env.get_root_body_q()

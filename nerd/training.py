@@ -296,7 +296,7 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
             valid = validation_loss(model, valid_data, cfg.batch_size, cfg.valid_batches, seed + 1)
             save_checkpoint(last_path, model, sig, config_dict, history_length=cfg.history_length, epoch=epoch,
                             optimizer=optimizer, extra={"step_seconds": run.seconds})
-            ckpt_metrics = _evaluate_epoch(cfg, last_path, epoch, device, writer)
+            ckpt_metrics = _evaluate_epoch(cfg, last_path, epoch, device, writer, sig.robot_variant)
             writer.add_scalar("losses/valid", valid, epoch)
             writer.add_scalar("perf/windows_per_second", len(losses) * cfg.batch_size / epoch_seconds, epoch)
             record = {"epoch": epoch, "train_loss": sum(losses) / max(len(losses), 1), "valid_loss": valid,
@@ -541,8 +541,10 @@ class _NoWriter:
         pass
 
 
-def _evaluate_epoch(cfg: TrainConfig, checkpoint: Path, epoch: int, device: str, writer) -> dict[str, float]:
-    """The end-of-epoch passive rollout of ``checkpoint`` against the ground truth (empty when switched off)."""
+def _evaluate_epoch(cfg: TrainConfig, checkpoint: Path, epoch: int, device: str, writer, robot_variant: str = ""
+                    ) -> dict[str, float]:
+    """The end-of-epoch passive rollout of ``checkpoint`` against the ground truth (empty when switched off), in
+    the robot variant the data came from."""
     if cfg.rollout_eval.num_envs <= 0:
         return {}
     from nerd.evaluation import evaluate_passive
@@ -550,6 +552,7 @@ def _evaluate_epoch(cfg: TrainConfig, checkpoint: Path, epoch: int, device: str,
     metrics = evaluate_passive(
         cfg.env_name, str(checkpoint), NEURAL, cfg.rollout_eval.num_envs, cfg.rollout_eval.num_envs,
         cfg.rollout_eval.horizon, cfg.rollout_eval.seed, device=device, progress=False,
+        robot_variant=robot_variant or None,
     )["metrics"]
     for name, value in metrics.items():
         writer.add_scalar(f"eval/{name}", value, epoch)

@@ -51,8 +51,13 @@ Distributions (robots.md §1.6), restated Z-up:
 
 Both keep the release's off-by-one: the first joint's rate (RH_HAA) is never randomised.
 
-Friction: Newton's Coulomb law by default, as for every robot (``contact_friction``; the measurement that chose it
-with the release's ANYmal policies is in docs/rl.md).
+Friction: Newton's Coulomb law by default, as for every robot (``contact_friction``); ``"huber"`` is the release's
+warp.sim law (robots.md §0.3). The release's published walking policies score like the paper's ground truth under
+either law in the release variant; the numbers, per law and variant, are in docs/anymal.md.
+
+Tasks on this robot: ``forward_walk`` and ``side_walk`` (:mod:`nerd.rl.tasks.anymal`). Data generation
+(``random_control = "actions"``): random actions through the PD law with gains redrawn per env and frame; an env
+that diverges under stiff gains (about 4 % of trajectories in the physical variant) is dropped with its trajectory.
 """
 
 from __future__ import annotations

@@ -90,20 +90,23 @@ class NeRDVecEnv(IVecEnv):
         """Apply actions (N, A) in [-1, 1] for the robot's ``control_steps`` frames (1 for most); done envs are
         reset (see the module docstring)."""
         actions = torch.as_tensor(actions, dtype=torch.float32, device=self.device).clamp(-1.0, 1.0)
+        # Start-of-frame contact depths, read before stepping (the release's termination sees them one frame stale).
+        depths = self.nenv.get_contacts()["contact_depths"] if self.task.needs_contact_depths else None
         self.nenv.step(actions, check_finite=False)  # checked below, in the step's one host synchronisation
         for _ in range(self.nenv.control_steps - 1):
             # A controller that reads the state (PD) turns a diverged neural state into NaN torques, which the
             # simulator refuses; that env's episode ends below anyway, so it gets zero torques meanwhile.
             self.nenv.step_with_joint_act(torch.nan_to_num(self.nenv.compute_torques(actions), 0.0, 0.0, 0.0))
+        joint_acts = self.nenv.joint_acts
         states = self.nenv.get_states()
         self.progress += 1
         self.last_actions = actions
         finite = torch.isfinite(states).all(dim=1)
         zero = torch.zeros((), device=self.device)
         terms = {name: torch.where(finite, value, zero)
-                 for name, value in self.task.reward_terms(states, actions).items()}
+                 for name, value in self.task.reward_terms(states, actions, joint_acts).items()}
         rewards = torch.stack(list(terms.values())).sum(dim=0)
-        terminated = self.task.terminations(states) | ~finite
+        terminated = self.task.terminations(states, depths) | ~finite
         time_outs = (self.progress >= self.episode_length) & ~terminated
         dones = terminated | time_outs
         # The step's one host synchronisation: how many envs are done, and whether the actions were finite.

@@ -142,3 +142,34 @@ def test_summary_and_plot_name_coordinates_with_units(pendulum_dataset, tmp_path
     assert coordinate_names({**legacy, "env_name": "Robot"})[1] == ["joint_act[0]", "joint_act[1]"]
     png = plot_dataset(path, tmp_path / "plot.png")
     assert png.stat().st_size > 10_000
+
+
+def test_controller_robot_records_actions_and_pd_torques_and_drops_a_diverged_env(tmp_path, monkeypatch):
+    """Anymal data goes through its PD law with per-env random gains: the file holds the actions and the torques
+    the law produced (consistent with Kp, Kd in [30, 200] x [0, 1]); an env whose state turns non-finite is dropped
+    with its trajectory while the others finish."""
+    from nerd.envs.anymal import Anymal, default_joint_q
+
+    sample = Anymal.sample_initial_states
+
+    def with_one_broken_env(self, n, generator):
+        states = sample(self, n, generator)
+        states[0, 20] = float("nan")
+        return states
+
+    monkeypatch.setattr(Anymal, "sample_initial_states", with_one_broken_env)
+    cfg = GenerationConfig("Anymal", 12, trajectory_length=4, num_envs=3, seed=3)
+    summary = generate_dataset(cfg, tmp_path / "anymal.hdf5", progress=False)
+    assert (summary.num_trajectories, summary.num_dropped) == (3, 2)  # two batches of 3, one env lost in each
+    data = load_trajectories(summary.path, fields=("states", "actions", "joint_acts"))
+    assert data["actions"].shape == (3, 4, 12) and np.abs(data["actions"]).max() <= 1.0
+    q, qd = torch.as_tensor(data["states"][..., 7:19]), torch.as_tensor(data["states"][..., 25:37])
+    error = torch.as_tensor(data["actions"]) * 0.5 + default_joint_q() - q
+    # τ = Kp e − Kd q̇ for one (Kp, Kd) per env and frame: solve the two unknowns from the 12 joints.
+    lhs = torch.stack([error, -qd], dim=-1).reshape(-1, 12, 2).double()
+    gains = torch.linalg.lstsq(lhs, torch.as_tensor(data["joint_acts"]).reshape(-1, 12, 1).double()).solution
+    fit = (lhs @ gains).reshape(data["joint_acts"].shape)
+    np.testing.assert_allclose(fit.numpy(), data["joint_acts"], atol=1e-3)
+    kp, kd = gains[:, 0, 0], gains[:, 1, 0]
+    assert ((kp > 30 - 1e-3) & (kp < 200 + 1e-3)).all() and ((kd > -1e-3) & (kd < 1 + 1e-3)).all()
+    assert kp.std() > 10  # redrawn, not one value

@@ -168,3 +168,70 @@ def test_franka_reach_observation_and_targets():
     torch.testing.assert_close(obs[0, 3], torch.tensor(-math.pi / 2))
     torch.testing.assert_close(obs[:, 7:10], end_effector_position(states[:, :7]))
     torch.testing.assert_close(obs[:, 10:], task.targets)
+
+
+def anymal_state(quat=(0.0, 0.0, 0.0, 1.0), height=0.6, v_com=(0.0, 0.0, 0.0), omega=(0.0, 0.0, 0.0)):
+    """A world-frame ANYmal state (1, 37): base pose and COM/angular velocities, joints 0.1 rad, rates 0.2."""
+    pose = [torch.tensor([0.3, -0.2, height]), torch.as_tensor(quat, dtype=torch.float32)]
+    q = torch.cat([*pose, torch.full((12,), 0.1)])
+    qd = torch.cat([torch.tensor(v_com), torch.tensor(omega), torch.full((12,), 0.2)])
+    return torch.cat([q, qd]).unsqueeze(0)
+
+
+def test_anymal_walk_rewards_of_constructed_states():
+    """r = max(0, exp(−e_lin) + 0.5 exp(−ω_z²) − 2.5e-5 Σ τ²) on the base-origin velocity v_com − ω × R com_b;
+    forward: e_lin = (v_x − 1)² + v_y²; side: v_x² + (v_y + 1)²."""
+    from nerd.envs.anymal import BASE_COM
+
+    forward, side = make_task("Anymal", "forward_walk", 1), make_task("Anymal", "side_walk", 1)
+    torques = torch.full((1, 12), 10.0)  # Σ τ² = 1200 -> cost 0.03
+    at_target = anymal_state(v_com=(1.0, 0.0, 0.0))
+    torch.testing.assert_close(forward.rewards(at_target, torch.zeros(1, 12), torques), torch.tensor([1.5 - 0.03]))
+    sideways = anymal_state(v_com=(0.0, -1.0, 0.0), omega=(0.0, 0.0, 1.0))
+    # ω × com_b = (−com_y, com_x, 0) shifts the base-origin velocity off the COM's.
+    v = torch.tensor([0.0, -1.0]) - torch.tensor([-BASE_COM[1], BASE_COM[0]])
+    expected = math.exp(-(v[0] ** 2 + (v[1] + 1) ** 2)) + 0.5 * math.exp(-1.0) - 0.03
+    torch.testing.assert_close(side.rewards(sideways, torch.zeros(1, 12), torques), torch.tensor([expected]))
+    expected_forward = math.exp(-((v[0] - 1) ** 2 + v[1] ** 2)) + 0.5 * math.exp(-1.0) - 0.03
+    torch.testing.assert_close(forward.rewards(sideways, torch.zeros(1, 12), torques), torch.tensor([expected_forward]))
+    # A large torque cost is floored at 0, and the terms still sum to the reward.
+    terms = forward.reward_terms(at_target, torch.zeros(1, 12), torch.full((1, 12), 100.0))
+    assert terms["torque"].item() == pytest.approx(-3.0) and terms["floor"].item() == pytest.approx(1.5)
+    assert forward.rewards(at_target, torch.zeros(1, 12), torch.full((1, 12), 100.0)).item() == 0.0
+    assert {make_task("Anymal", t, 1).episode_length for t in ("forward_walk", "side_walk")} == {1000}
+
+
+def test_anymal_terminates_on_stale_depths_and_base_height():
+    """Base-capsule ends < 0.11 m, a knee end < 0.07 m (depths given), or the base origin < 0.4 m; feet never."""
+    task = make_task("Anymal", "forward_walk", 5)
+    depths = torch.tensor([0.7, 0.7] + [0.43, 0.43, 0.02] * 4).repeat(5, 1)
+    depths[1, 1] = 0.105
+    depths[2, 8] = 0.065
+    depths[3, [4, 7, 10, 13]] = -0.01  # feet in the ground: fine
+    states = torch.cat([anymal_state()] * 4 + [anymal_state(height=0.39)])
+    assert task.terminations(states, depths).tolist() == [False, True, True, False, True]
+
+
+def test_anymal_observation_is_the_releases_in_y_up_axes():
+    """[p_z, q_c ⊗ q, v_Y, ω_Y, q, q̇, (R e_z)_z, (R e_x)_x], v the base-origin velocity, Y-up (x, z, −y)."""
+    from nerd.envs.anymal import BASE_COM
+
+    task = make_task("Anymal", "side_walk", 1)
+    quat = about((0.3, -0.5, 0.8), 0.7)
+    state = anymal_state(quat, height=0.65, v_com=(1.0, 2.0, 3.0), omega=(-0.5, 0.25, 2.0))
+    obs = task.observations(state, torch.zeros(1, 12))[0]
+    assert obs.shape == (37,)
+    upright = task.observations(anymal_state(), torch.zeros(1, 12))[0]
+    torch.testing.assert_close(upright[[0, 1, 2, 3, 4, 35, 36]],
+                               torch.tensor([0.6, -0.70711, 0.0, 0.0, 0.70711, 1.0, 1.0]))
+    q = torch.tensor(quat)
+    body = torch.tensor([0.2, -1.0, 0.4])
+    world = quat_rotate(q, body)
+    torch.testing.assert_close(quat_rotate(obs[1:5], body), torch.stack([world[0], world[2], -world[1]]))
+    w = torch.tensor([-0.5, 0.25, 2.0])
+    v = torch.tensor([1.0, 2.0, 3.0]) - torch.linalg.cross(w, quat_rotate(q, torch.tensor(BASE_COM)))
+    torch.testing.assert_close(obs[5:11], torch.stack([v[0], v[2], -v[1], w[0], w[2], -w[1]]))
+    torch.testing.assert_close(obs[11:23], torch.full((12,), 0.1))
+    torch.testing.assert_close(obs[23:35], torch.full((12,), 0.2))
+    torch.testing.assert_close(obs[35], quat_rotate(q, torch.tensor([0.0, 0.0, 1.0]))[2])
+    torch.testing.assert_close(obs[36], quat_rotate(q, torch.tensor([1.0, 0.0, 0.0]))[0])

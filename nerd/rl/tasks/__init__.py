@@ -6,12 +6,14 @@ import torch
 
 from nerd.errors import UserError
 from nerd.rl.tasks.ant import AntRun, AntSpin, AntSpinTrack
+from nerd.rl.tasks.anymal import AnymalForwardWalk, AnymalSideWalk
 from nerd.rl.tasks.base import Task
 from nerd.rl.tasks.cartpole import CartpoleSwingUp
 from nerd.rl.tasks.franka import FrankaReach
 
 TASKS: dict[tuple[str, str], type[Task]] = {
-    (cls.robot, cls.name): cls for cls in (CartpoleSwingUp, AntRun, AntSpin, AntSpinTrack, FrankaReach)
+    (cls.robot, cls.name): cls
+    for cls in (CartpoleSwingUp, AntRun, AntSpin, AntSpinTrack, AnymalForwardWalk, AnymalSideWalk, FrankaReach)
 }
 """Task classes by (robot, task name)."""
 

@@ -31,11 +31,10 @@ We feed each env its own h_x there.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from nerd.frames import quat_mul, quat_rotate
+from nerd.frames import Y_UP_BASE_ROTATION as RELEASE_BASE_ROTATION
+from nerd.frames import quat_mul, quat_rotate, to_y_up
 from nerd.rl.tasks.base import Task
 
 EPISODE_LENGTH = 500
@@ -43,8 +42,6 @@ TERMINATION_HEIGHT = 0.3  # [m]
 RUN_UP_WEIGHT = 0.1
 SPIN_TRACK_TARGET = 5.0  # [rad/s]
 TRACK_SCALE, TRACK_TILT_WEIGHT, TRACK_UP_WEIGHT = 5.0, 0.1, 0.1
-RELEASE_BASE_ROTATION = (-math.sqrt(0.5), 0.0, 0.0, math.sqrt(0.5))
-"""q_c = rot(x, −π/2), xyzw: the release's turn of the Ant's (Z-up) body frame into its Y-up world."""
 
 E_X, E_Z = (1.0, 0.0, 0.0), (0.0, 0.0, 1.0)
 
@@ -69,11 +66,6 @@ def torso_frame(states: torch.Tensor) -> dict[str, torch.Tensor]:
     }
 
 
-def to_y_up(vectors: torch.Tensor) -> torch.Tensor:
-    """World vectors (..., 3) in the release's Y-up axes: (x, y, z) -> (x, z, −y)."""
-    return torch.stack([vectors[..., 0], vectors[..., 2], -vectors[..., 1]], dim=-1)
-
-
 class AntTask(Task):
     """Observation and termination shared by the Ant tasks (the release's)."""
 
@@ -90,11 +82,12 @@ class AntTask(Task):
             t["hinge_q"], t["hinge_qd"], t["up"][:, 2:3],
         ], dim=1)
 
-    def terminations(self, states: torch.Tensor) -> torch.Tensor:
+    def terminations(self, states: torch.Tensor, contact_depths: torch.Tensor | None = None) -> torch.Tensor:
         """Torso below 0.3 m, (N,) bool."""
         return states[:, 2] < TERMINATION_HEIGHT
 
-    def rewards(self, states: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    def rewards(self, states: torch.Tensor, actions: torch.Tensor, joint_acts: torch.Tensor | None = None
+                ) -> torch.Tensor:
         """Sum of :meth:`reward_terms` (no action cost), (N,)."""
         return torch.stack(list(self.reward_terms(states, actions).values())).sum(dim=0)
 
@@ -104,7 +97,8 @@ class AntRun(AntTask):
 
     name = "run"
 
-    def reward_terms(self, states: torch.Tensor, actions: torch.Tensor) -> dict[str, torch.Tensor]:
+    def reward_terms(self, states: torch.Tensor, actions: torch.Tensor, joint_acts: torch.Tensor | None = None
+                     ) -> dict[str, torch.Tensor]:
         """v_x, 0.1 u_z and h_x."""
         t = torso_frame(states)
         return {"velocity": t["lin_vel"][:, 0], "up": RUN_UP_WEIGHT * t["up"][:, 2], "heading": t["heading"][:, 0]}
@@ -115,7 +109,8 @@ class AntSpin(AntTask):
 
     name = "spin"
 
-    def reward_terms(self, states: torch.Tensor, actions: torch.Tensor) -> dict[str, torch.Tensor]:
+    def reward_terms(self, states: torch.Tensor, actions: torch.Tensor, joint_acts: torch.Tensor | None = None
+                     ) -> dict[str, torch.Tensor]:
         """ω_z and u_z."""
         t = torso_frame(states)
         return {"yaw_rate": t["ang_vel"][:, 2], "up": t["up"][:, 2]}
@@ -126,7 +121,8 @@ class AntSpinTrack(AntTask):
 
     name = "spin_track"
 
-    def reward_terms(self, states: torch.Tensor, actions: torch.Tensor) -> dict[str, torch.Tensor]:
+    def reward_terms(self, states: torch.Tensor, actions: torch.Tensor, joint_acts: torch.Tensor | None = None
+                     ) -> dict[str, torch.Tensor]:
         """5 exp(−(ω_z − 5)² − 0.1 ω_x² − 0.1 ω_y²) and 0.1 u_z."""
         t = torso_frame(states)
         w = t["ang_vel"]

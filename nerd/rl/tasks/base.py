@@ -33,6 +33,9 @@ class Task:
     """Steps (frames) before an episode times out."""
     observation_dim: ClassVar[int] = 0
     """Width of one env's observation."""
+    needs_contact_depths: ClassVar[bool] = False
+    """The vec env passes :meth:`terminations` the contact depths of the frame's start (a fixed-contact robot's
+    stale depths, as the release's ANYmal termination reads them); off, it passes None and skips reading them."""
 
     def __init__(self, num_envs: int, device: str | torch.device = "cpu"):
         self.num_envs = num_envs
@@ -45,14 +48,21 @@ class Task:
         """Observations (N, observation_dim) from states (N, S) and the actions (N, A) that led to them."""
         raise NotImplementedError
 
-    def rewards(self, states: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """Reward (N,) of the step that took actions (N, A) and arrived in states (N, S)."""
+    def rewards(self, states: torch.Tensor, actions: torch.Tensor, joint_acts: torch.Tensor | None = None
+                ) -> torch.Tensor:
+        """Reward (N,) of the step that took actions (N, A), applied torques ``joint_acts`` (N, J) (given by the vec
+        env; tasks with a torque cost need them) and arrived in states (N, S)."""
         raise NotImplementedError
 
-    def reward_terms(self, states: torch.Tensor, actions: torch.Tensor) -> dict[str, torch.Tensor]:
+    def reward_terms(self, states: torch.Tensor, actions: torch.Tensor, joint_acts: torch.Tensor | None = None
+                     ) -> dict[str, torch.Tensor]:
         """The reward's weighted terms, (N,) each, summing to :meth:`rewards` (for diagnostics); one by default."""
-        return {"reward": self.rewards(states, actions)}
+        return {"reward": self.rewards(states, actions, joint_acts)}
 
-    def terminations(self, states: torch.Tensor) -> torch.Tensor:
-        """(N,) bool: the episode fails in these states (time-outs are the vec env's business)."""
+    def terminations(self, states: torch.Tensor, contact_depths: torch.Tensor | None = None) -> torch.Tensor:
+        """(N,) bool: the episode fails in these states (time-outs are the vec env's business).
+
+        ``contact_depths`` (N, C): the candidates' heights above the ground at the start of the step, given when
+        :attr:`needs_contact_depths` is set.
+        """
         raise NotImplementedError

@@ -40,14 +40,15 @@ class CartpoleSwingUp(Task):
         """``[x, wrap(θ), ẋ, θ̇]`` (N, 4)."""
         return torch.stack([states[:, 0], wrap_angle(states[:, 1]), states[:, 2], states[:, 3]], dim=1)
 
-    def rewards(self, states: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    def rewards(self, states: torch.Tensor, actions: torch.Tensor, joint_acts: torch.Tensor | None = None
+                ) -> torch.Tensor:
         """5 − (wrap(θ)² + 0.05 x² + 0.1 θ̇² + 0.1 ẋ²), (N,)."""
         x, theta, x_dot, theta_dot = states.unbind(dim=1)
         cost = (wrap_angle(theta) ** 2 + X_WEIGHT * x**2 + THETA_DOT_WEIGHT * theta_dot**2
                 + X_DOT_WEIGHT * x_dot**2)
         return REWARD_BIAS - cost
 
-    def terminations(self, states: torch.Tensor) -> torch.Tensor:
+    def terminations(self, states: torch.Tensor, contact_depths: torch.Tensor | None = None) -> torch.Tensor:
         """|x| > 4 m, |θ̇| > 10 rad/s or |ẋ| > 10 m/s, (N,) bool."""
         return ((states[:, 0].abs() > X_LIMIT) | (states[:, 3].abs() > THETA_DOT_LIMIT)
                 | (states[:, 2].abs() > X_DOT_LIMIT))

@@ -69,10 +69,11 @@ class FrankaReach(Task):
         q = states[:, :JOINTS]
         return torch.cat([wrap_angle(q), end_effector_position(q), self.targets], dim=1)
 
-    def rewards(self, states: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """−cost(d), (N,)."""
+    def rewards(self, states: torch.Tensor, actions: torch.Tensor, joint_acts: torch.Tensor | None = None
+                ) -> torch.Tensor:
+        """−cost(d), (N,); the reach reward has no torque or action cost."""
         return -reach_cost(self.distances(states))
 
-    def terminations(self, states: torch.Tensor) -> torch.Tensor:
+    def terminations(self, states: torch.Tensor, contact_depths: torch.Tensor | None = None) -> torch.Tensor:
         """Never: the episode always runs to its time-out."""
         return torch.zeros(len(states), dtype=torch.bool, device=states.device)

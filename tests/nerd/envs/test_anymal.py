@@ -129,3 +129,22 @@ def test_unknown_variant_and_variant_on_other_robots_are_refused():
         from nerd.envs.anymal import Anymal
 
         Anymal(1, control_mode="velocity")
+
+
+def test_a_model_of_the_other_variant_is_refused(tmp_path):
+    """The signature records the variant: a release-variant checkpoint loads into a release env only."""
+    from nerd.checkpoint import save_checkpoint
+    from nerd.features import signature_of_env
+    from nerd.models.nerd_model import NeRDModel
+    from nerd.neural_environment import NeuralEnvironment
+    from tests.nerd.test_integrator import TINY
+
+    release_env = make_env("Anymal", 1, robot_variant="release", use_graph=False)
+    sig = signature_of_env(release_env)
+    assert sig.robot_variant == "release"
+    path = tmp_path / "release.pt"
+    save_checkpoint(path, NeRDModel(sig.input_groups, sig.target_dim, TINY), sig, {"history_length": 10},
+                    history_length=10)
+    assert NeuralEnvironment.from_checkpoint(release_env, path).signature.robot_variant == "release"
+    with pytest.raises(UserError, match="variant 'release', but the environment is the 'physical' variant"):
+        NeuralEnvironment.from_checkpoint(make_env("Anymal", 1, use_graph=False), path)
