@@ -19,7 +19,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from nerd.envs import env_class
 from nerd.errors import UserError
 from nerd.representation import (
     StateLayout,
@@ -112,6 +111,9 @@ class RobotSignature:
 
 def _variants_interchangeable(env_name: str) -> bool:
     """The robot's :attr:`~nerd.envs.environment.Environment.robot_variants_interchangeable` (False if unknown)."""
+    # Imported here, when two variants actually meet, so that this module stays engine-free.
+    from nerd.envs import env_class
+
     try:
         return env_class(env_name).robot_variants_interchangeable
     except UserError:
