@@ -35,9 +35,11 @@ from nerd.run_dir import write_text_atomic
 
 
 def sensitivity(env_name: str, num_rollouts: int, horizon: int, epsilons: list[float], distributions: list[str],
-                seed: int, device: str, mass_matrix_refresh: str | None = None) -> dict:
+                seed: int, device: str, mass_matrix_refresh: str | None = None,
+                contact_config: int | None = None) -> dict:
     """Errors between exact and perturbed ground-truth rollouts, per distribution and ``eps`` (module docstring)."""
-    env = make_env(env_name, 2 * num_rollouts, device=device, mass_matrix_refresh=mass_matrix_refresh)
+    env = make_env(env_name, 2 * num_rollouts, device=device, mass_matrix_refresh=mass_matrix_refresh,
+                   contact_config=contact_config)
     horizons = sorted({h for h in REPORT_HORIZONS if h < horizon} | {horizon})
     generator = torch.Generator().manual_seed(seed)
     actions = torch.zeros(2 * num_rollouts, env.action_dim, device=env.torch_device)
@@ -69,6 +71,7 @@ def sensitivity(env_name: str, num_rollouts: int, horizon: int, epsilons: list[f
             })
     bar.close()
     return {"env_name": env_name, "num_rollouts": num_rollouts, "horizon": horizon, "seed": seed,
+            "contact_config": contact_config,
             "mass_matrix_refresh": env.mass_matrix_refresh, "contact_friction": env.contact_friction,
             "metric_units": {name: "m" if "position" in name else "rad" for name in env.passive_metrics},
             "rows": rows}
@@ -122,13 +125,14 @@ def main() -> None:
                         help="perturbation scales (std of the noise added to every state coordinate)")
     parser.add_argument("--initial-states", nargs="+", default=list(INITIAL_STATES), choices=INITIAL_STATES)
     parser.add_argument("--output", required=True, help="JSON path; the table (.md) and plot (.png) go beside it")
+    parser.add_argument("--contact-config", type=int, default=None, help="fixed pendulum ground configuration (0-6)")
     add_mass_matrix_refresh_arg(parser)
     add_common_args(parser, seed_default=500)
     args = parser.parse_args()
     output, png = check_json_output(args.output, args.overwrite, ".png")
     check_output(output.with_suffix(".md"), args.overwrite)
     results = sensitivity(args.env_name, args.num_rollouts, args.horizon, args.eps, args.initial_states, args.seed,
-                          resolve_device(args.device), args.mass_matrix_refresh)
+                          resolve_device(args.device), args.mass_matrix_refresh, args.contact_config)
     table = format_table(results)
     print(table)
     output.parent.mkdir(parents=True, exist_ok=True)
