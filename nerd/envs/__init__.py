@@ -60,16 +60,15 @@ def make_env(name: str, num_envs: int, device: str = "cpu", solver: str | None =
     if contact_config is not None and not hasattr(cls, "ground_plane"):
         raise UserError(f"{name} has a single ground; --contact-config applies to PendulumWithContact only")
     kwargs = {}
-    if robot_variant is not None:
-        if not cls.robot_variants:
-            raise UserError(f"{name} has a single variant; --robot-variant applies to "
-                            f"{', '.join(n for n in ENV_NAMES if env_class(n).robot_variants)} only")
-        kwargs["robot_variant"] = robot_variant
-    if control_mode is not None:
-        if not cls.control_modes:
-            raise UserError(f"{name} has a single controller; --control-mode applies to "
-                            f"{', '.join(n for n in ENV_NAMES if env_class(n).control_modes)} only")
-        kwargs["control_mode"] = control_mode
+    # Options only some robots define are passed on only when given, and refused by the others.
+    for key, value, choices, what in (("robot_variant", robot_variant, "robot_variants", "variant"),
+                                      ("control_mode", control_mode, "control_modes", "controller")):
+        if value is None:
+            continue
+        if not getattr(cls, choices):
+            raise UserError(f"{name} has a single {what}; --{key.replace('_', '-')} applies to "
+                            f"{', '.join(n for n in ENV_NAMES if getattr(env_class(n), choices))} only")
+        kwargs[key] = value
     env = cls(num_envs, device=device, solver=solver, use_graph=use_graph, mass_matrix_refresh=mass_matrix_refresh,
               contact_friction=contact_friction, **kwargs)
     if contact_config is not None:
