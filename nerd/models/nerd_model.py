@@ -239,20 +239,3 @@ class NeRDModel(nn.Module):
         if self.skip is not None:
             out = out + self.skip(tokens[rows, last])
         return out
-
-    def predict_from_history(self, history: Mapping[str, torch.Tensor], lengths: torch.Tensor) -> torch.Tensor:
-        """:meth:`predict` for a left-aligned history buffer whose shapes the caller has checked once.
-
-        No input validation and no host synchronisation; see :meth:`predict_last` (only row b's first
-        ``lengths[b]`` steps influence its prediction).
-
-        Args:
-            history: Group name -> ``(B, T, width)`` raw values with ``T <= max_history``, every group present.
-            lengths: ``(B,)`` valid steps per row, in ``1 .. T``.
-
-        Returns:
-            De-normalised prediction at each row's last valid step, shape ``(B, P)``.
-        """
-        mean, std = self.token_statistics()
-        tokens = (torch.cat([history[name] for name in self._input_groups], dim=-1) - mean) / std
-        return self.predict_last(tokens, lengths - 1)

@@ -95,8 +95,10 @@ class NeRDVecEnv(IVecEnv):
         self.nenv.step(actions, check_finite=False)  # checked below, in the step's one host synchronisation
         for _ in range(self.nenv.control_steps - 1):
             # A controller that reads the state (PD) turns a diverged neural state into NaN torques, which the
-            # simulator refuses; that env's episode ends below anyway, so it gets zero torques meanwhile.
-            self.nenv.step_with_joint_act(torch.nan_to_num(self.nenv.compute_torques(actions), 0.0, 0.0, 0.0))
+            # simulator refuses; that env's episode ends below anyway, so it gets zero torques meanwhile (finite by
+            # construction, so no check and no host synchronisation).
+            self.nenv.step_with_joint_act(torch.nan_to_num(self.nenv.compute_torques(actions), 0.0, 0.0, 0.0),
+                                          check_finite=False)
         joint_acts = self.nenv.joint_acts
         states = self.nenv.get_states()
         self.progress += 1
