@@ -34,8 +34,8 @@ from __future__ import annotations
 import torch
 
 from nerd.frames import Y_UP_BASE_ROTATION as RELEASE_BASE_ROTATION
-from nerd.frames import quat_mul, quat_rotate, to_y_up
-from nerd.rl.tasks.base import Task
+from nerd.frames import quat_mul, to_y_up
+from nerd.rl.tasks.base import Task, floating_base_frame
 
 EPISODE_LENGTH = 500
 TERMINATION_HEIGHT = 0.3  # [m]
@@ -43,27 +43,11 @@ RUN_UP_WEIGHT = 0.1
 SPIN_TRACK_TARGET = 5.0  # [rad/s]
 TRACK_SCALE, TRACK_TILT_WEIGHT, TRACK_UP_WEIGHT = 5.0, 0.1, 0.1
 
-E_X, E_Z = (1.0, 0.0, 0.0), (0.0, 0.0, 1.0)
-
 
 def torso_frame(states: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Torso quantities of world-frame Ant states (N, 29).
-
-    Returns:
-        ``height`` (N,) [m]; ``quat`` (N, 4) xyzw; ``up`` u = R e_z and ``heading`` h = R e_x (N, 3), world;
-        ``lin_vel`` v and ``ang_vel`` ω (N, 3) world [m/s, rad/s]; ``hinge_q`` and ``hinge_qd`` (N, 8).
-    """
-    quat = states[:, 3:7]
-    return {
-        "height": states[:, 2],
-        "quat": quat,
-        "up": quat_rotate(quat, states.new_tensor(E_Z).expand(len(states), 3)),
-        "heading": quat_rotate(quat, states.new_tensor(E_X).expand(len(states), 3)),
-        "lin_vel": states[:, 15:18],
-        "ang_vel": states[:, 18:21],
-        "hinge_q": states[:, 7:15],
-        "hinge_qd": states[:, 21:29],
-    }
+    """Torso quantities of world-frame Ant states (N, 29) (:func:`~nerd.rl.tasks.base.floating_base_frame`):
+    ``height``, ``quat``, ``up``, ``heading``, ``lin_vel``, ``ang_vel``, and the 8 hinges' ``joint_q``, ``joint_qd``."""
+    return floating_base_frame(states, 15)
 
 
 class AntTask(Task):
@@ -79,7 +63,7 @@ class AntTask(Task):
         quat_y_up = quat_mul(states.new_tensor(RELEASE_BASE_ROTATION).expand(len(states), 4), t["quat"])
         return torch.cat([
             t["heading"][:, 0:1], quat_y_up, to_y_up(t["lin_vel"]), to_y_up(t["ang_vel"]),
-            t["hinge_q"], t["hinge_qd"], t["up"][:, 2:3],
+            t["joint_q"], t["joint_qd"], t["up"][:, 2:3],
         ], dim=1)
 
     def terminations(self, states: torch.Tensor, contact_depths: torch.Tensor | None = None) -> torch.Tensor:

@@ -35,7 +35,7 @@ import torch
 
 from nerd.envs.anymal import BASE_COM
 from nerd.frames import Y_UP_BASE_ROTATION, quat_mul, quat_rotate, to_y_up
-from nerd.rl.tasks.base import Task
+from nerd.rl.tasks.base import Task, floating_base_frame
 
 EPISODE_LENGTH = 1000
 TARGET_SPEED = 1.0  # [m/s]
@@ -45,29 +45,15 @@ BASE_CONTACTS, KNEE_CONTACTS = (0, 1), (2, 3, 5, 6, 8, 9, 11, 12)
 BASE_CONTACT_MIN, KNEE_CONTACT_MIN = 0.11, 0.07  # [m] centre heights
 BASE_HEIGHT_MIN = 0.4  # [m]
 
-E_X, E_Z = (1.0, 0.0, 0.0), (0.0, 0.0, 1.0)
-
 
 def base_frame(states: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Base quantities of world-frame ANYmal states (N, 37).
-
-    Returns:
-        ``height`` (N,) [m]; ``quat`` (N, 4); ``up`` R e_z and ``heading`` R e_x (N, 3); ``lin_vel`` the
-        base-origin velocity and ``ang_vel`` ω (N, 3), world [m/s, rad/s]; ``joint_q``, ``joint_qd`` (N, 12).
-    """
-    n = len(states)
-    quat, omega = states[:, 3:7], states[:, 22:25]
-    com = quat_rotate(quat, states.new_tensor(BASE_COM).expand(n, 3))
-    return {
-        "height": states[:, 2],
-        "quat": quat,
-        "up": quat_rotate(quat, states.new_tensor(E_Z).expand(n, 3)),
-        "heading": quat_rotate(quat, states.new_tensor(E_X).expand(n, 3)),
-        "lin_vel": states[:, 19:22] - torch.cross(omega, com, dim=-1),
-        "ang_vel": omega,
-        "joint_q": states[:, 7:19],
-        "joint_qd": states[:, 25:37],
-    }
+    """Base quantities of world-frame ANYmal states (N, 37): those of
+    :func:`~nerd.rl.tasks.base.floating_base_frame` (12 ``joint_q``, ``joint_qd``), except that ``lin_vel`` is the
+    base origin's velocity v_com − ω × R com_b, which the release's rewards and observation use."""
+    t = floating_base_frame(states, 19)
+    com = quat_rotate(t["quat"], states.new_tensor(BASE_COM).expand(len(states), 3))
+    t["lin_vel"] = t["lin_vel"] - torch.cross(t["ang_vel"], com, dim=-1)
+    return t
 
 
 class AnymalTask(Task):

@@ -16,6 +16,32 @@ from typing import ClassVar
 
 import torch
 
+from nerd.frames import quat_rotate
+
+E_X, E_Z = (1.0, 0.0, 0.0), (0.0, 0.0, 1.0)
+
+
+def floating_base_frame(states: torch.Tensor, dof_q: int) -> dict[str, torch.Tensor]:
+    """Base quantities of world-frame states (N, dof_q + dof_qd) of a robot on a free joint
+    (``joint_q = [p, quat, hinges]``, ``joint_qd = [v, ω, hinge rates]``, so dof_qd = dof_q − 1).
+
+    Returns:
+        ``height`` (N,) [m]; ``quat`` (N, 4) xyzw; ``up`` R e_z and ``heading`` R e_x (N, 3), world;
+        ``lin_vel`` the COM velocity v and ``ang_vel`` ω (N, 3), world [m/s, rad/s]; ``joint_q`` and
+        ``joint_qd`` (N, dof_q - 7) of the other joints.
+    """
+    n, quat = len(states), states[:, 3:7]
+    return {
+        "height": states[:, 2],
+        "quat": quat,
+        "up": quat_rotate(quat, states.new_tensor(E_Z).expand(n, 3)),
+        "heading": quat_rotate(quat, states.new_tensor(E_X).expand(n, 3)),
+        "lin_vel": states[:, dof_q : dof_q + 3],
+        "ang_vel": states[:, dof_q + 3 : dof_q + 6],
+        "joint_q": states[:, 7:dof_q],
+        "joint_qd": states[:, dof_q + 6 :],
+    }
+
 
 class Task:
     """One RL task on one robot, for N parallel envs.
