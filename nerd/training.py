@@ -22,7 +22,7 @@ from nerd.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
 from nerd.config import ConfigError, check_range, to_dict
 from nerd.datasets.windows import TrajectoryWindows, dataset_files
 from nerd.distributed import Rank, current_rank, replica_checksums
-from nerd.errors import RolloutDivergedError, UserError
+from nerd.errors import RolloutDivergedError, UserError, first_line
 from nerd.models import ModelConfig
 from nerd.models.nerd_model import NeRDModel
 from nerd.modes import NEURAL
@@ -31,6 +31,9 @@ from nerd.run_dir import check_run_dir, new_run_dir, write_run_record, write_tex
 
 RUN_DIR_ENTRIES = ("nn", "config.yaml", "git.yaml", "summary.yaml")
 """What a training run writes in its directory besides TensorBoard events (what ``--overwrite`` removes)."""
+
+ROLLOUT_DIVERGED = "rollout_diverged"
+"""Metric recorded (as inf) for an epoch whose rollout check produced non-finite states."""
 
 
 @dataclass
@@ -312,6 +315,9 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
                                        "best_checkpoint_by": cfg.best_checkpoint_by, "best_score": score})
     if not rank.is_main:
         return {}
+    if not best_path.exists():
+        print(f"no epoch's rollout check stayed finite: {best_path} was not written; {last_path} is the last epoch",
+              flush=True)
     summary = {"world_size": rank.world_size, "replica_checks": run.replica_checks, "optimizer_steps": run.step,
                "windows_seen": run.step * cfg.batch_size, "step_seconds": run.seconds,
                "best_checkpoint_by": cfg.best_checkpoint_by, "best_score": best_score,
@@ -549,11 +555,19 @@ def _evaluate_epoch(cfg: TrainConfig, checkpoint: Path, epoch: int, device: str,
         return {}
     from nerd.evaluation import evaluate_passive
 
-    metrics = evaluate_passive(
-        cfg.env_name, str(checkpoint), NEURAL, cfg.rollout_eval.num_envs, cfg.rollout_eval.num_envs,
-        cfg.rollout_eval.horizon, cfg.rollout_eval.seed, device=device, progress=False,
-        robot_variant=robot_variant or None,
-    )["metrics"]
+    try:
+        metrics = evaluate_passive(
+            cfg.env_name, str(checkpoint), NEURAL, cfg.rollout_eval.num_envs, cfg.rollout_eval.num_envs,
+            cfg.rollout_eval.horizon, cfg.rollout_eval.seed, device=device, progress=False,
+            robot_variant=robot_variant or None,
+        )["metrics"]
+    except RolloutDivergedError as err:
+        # An early, under-trained model's rollout may blow up; that is a measurement of this epoch, not a reason
+        # to lose the run. An infinite score keeps the epoch out of best.pt.
+        print(f"epoch {epoch}: the rollout check diverged ({first_line(err)}); this epoch cannot be best.pt",
+              flush=True)
+        writer.add_scalar("eval/rollout_diverged", 1.0, epoch)
+        return {ROLLOUT_DIVERGED: float("inf")}
     for name, value in metrics.items():
         writer.add_scalar(f"eval/{name}", value, epoch)
     return metrics

@@ -375,3 +375,28 @@ def test_micro_batches_give_the_whole_batchs_training_step(pendulum_run, tmp_pat
         torch.testing.assert_close(weights[1][name], value, atol=1e-5, rtol=1e-4, msg=name)
     with pytest.raises(ConfigError, match="'micro_batch_size': not supported with unroll_steps"):
         dataclasses.replace(cfg, micro_batch_size=16, unroll_steps=2)
+
+
+def test_a_diverged_rollout_check_does_not_end_the_run(pendulum_run, tmp_path, monkeypatch):
+    """An epoch whose rollout check blows up (an under-trained model) is recorded as diverged and kept out of
+    best.pt; training goes on to the next epoch."""
+    import nerd.evaluation as evaluation
+    from nerd.errors import RolloutDivergedError
+    from nerd.training import ROLLOUT_DIVERGED
+
+    _, cfg, _ = pendulum_run
+    calls = []
+
+    def diverges_first(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 1:
+            raise RolloutDivergedError("NeRD rollout produced non-finite states in envs [2]")
+        return evaluate_passive(*args, **kwargs)
+
+    monkeypatch.setattr(evaluation, "evaluate_passive", diverges_first)
+    summary = train(cfg, tmp_path / "d", seed=0, progress=False)
+    first, second = summary["epochs"]
+    assert first[ROLLOUT_DIVERGED] == float("inf") and "joint_position_error" not in first
+    assert second["joint_position_error"] < float("inf")
+    _, _, best = load_checkpoint(tmp_path / "d/nn/best.pt")
+    assert best["epoch"] == 1
