@@ -6,9 +6,9 @@ termination and observation, and the resets of finished envs (``NeRDVecEnv.step`
 Policy inference is excluded (actions are random and drawn beforehand). Ground truth is Featherstone with the
 captured frame graph and no NeRD model attached.
 
-Neural models: the shipped checkpoint where there is one (Cartpole, PendulumWithContact), otherwise a randomly
-initialised model of the robot's CPU training config (``cfg/train/<robot>/cpu.yaml``; throughput does not depend
-on the weights).
+Neural models: the shipped checkpoint where there is one (``pretrained_models/NeRD_models/<robot>/model.pt``),
+otherwise a randomly initialised model of the robot's CPU training config (``cfg/train/<robot>/cpu.yaml``;
+throughput does not depend on the weights).
 
 FLOP floor: the model's FLOPs per env-step (torch's FlopCounterMode on the integrator's per-step prediction:
 matmuls and attention) and the machine's float32 matmul rate (1024 x 1024), measured with the same torch thread
