@@ -61,6 +61,9 @@ class GenerationConfig:
     control_mode: str | None = None
     """Controller of robots with several (Anymal, Franka); it matters for ``random_control = "actions"`` robots
     only (the others' data bypasses the controller); None for the robot's default."""
+    pd_gains: str | None = None
+    """Data-generation gain box of robots whose data goes through a PD law (Anymal: ``"release"``, the default,
+    or our ``"damped"``); None for the robot's default."""
     compression: str | None = "lzf"
     """HDF5 compression filter: ``"lzf"`` (about half the size, a few % slower), ``"gzip"`` or None."""
 
@@ -126,6 +129,11 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
     env = make_env(cfg.env_name, num_envs, device=device, solver=cfg.solver, contact_config=cfg.contact_config,
                    mass_matrix_refresh=cfg.mass_matrix_refresh, contact_friction=cfg.contact_friction,
                    robot_variant=cfg.robot_variant, control_mode=cfg.control_mode)
+    if cfg.pd_gains is not None and cfg.pd_gains not in env.pd_gain_boxes:
+        raise UserError(f"--pd-gains {cfg.pd_gains}: " + (
+            f"{cfg.env_name} has the gain boxes {', '.join(env.pd_gain_boxes)}" if env.pd_gain_boxes else
+            f"{cfg.env_name}'s data does not go through a PD controller (only Anymal's does)"))
+    pd_gains = cfg.pd_gains or (env.pd_gain_boxes[0] if env.pd_gain_boxes else None)
     random_planes = cfg.contact_config is None and hasattr(env, "sample_ground_planes")
     generator = torch.Generator().manual_seed(cfg.seed)
     # The robot signature is what a model trained on the file is checked against; it is written from one place.
@@ -161,7 +169,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
                     if env.random_control == "actions":
                         # Random actions through the robot's controller (randomised per frame); record both.
                         if not cfg.passive:
-                            env.randomize_controller(generator)
+                            env.randomize_controller(generator, pd_gains)
                         actions = (torch.zeros(n, env.action_dim, device=env.torch_device) if cfg.passive
                                    else env.sample_random_actions(n, generator))
                         env.check_actions(actions)

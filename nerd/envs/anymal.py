@@ -38,7 +38,8 @@ Controllers (``control_mode``), once per frame from the start-of-frame state, to
 * ``"position"`` (default; the release's ``AnymalJointPositionControl``, RL and data): actions a in [−1, 1] give
   targets q_default + 0.5·a and torques τ = Kp·(target − q) − Kd·q̇, not clipped, Kp 85 and Kd 2 unless
   :meth:`Anymal.set_pd_gains` says otherwise (data generation draws Kp ~ U[30, 200], Kd ~ U[0, 1] per env and
-  frame; the release drew one pair per frame shared by every env).
+  frame, or from our ``damped`` box, :data:`DATA_PD_GAINS`; the release drew one pair per frame shared by every
+  env).
 * ``"torque"`` (the release's ``Anymal``): τ = clamp(a, ±1)·[75, 60, 12] (HAA, HFE, KFE) + 85·(q_default − q).
 
 Distributions (robots.md §1.6), restated Z-up:
@@ -148,7 +149,11 @@ ACTION_SCALE = 0.5  # [rad] target offset per unit action
 TORQUE_SCALE = (75.0, 60.0, 12.0)  # [N·m] torque mode, per unit action (HAA, HFE, KFE)
 TORQUE_MODE_KP = 85.0  # [N·m/rad] torque mode's spring to the default pose
 # Data generation (robots.md §1.6, §1.7).
-DATA_KP_RANGE, DATA_KD_RANGE = (30.0, 200.0), (0.0, 1.0)
+DATA_PD_GAINS = {"release": ((30.0, 200.0), (0.0, 1.0)), "damped": ((30.0, 100.0), (1.0, 3.0))}
+"""Data-generation gain boxes, (Kp range, Kd range) per name. ``release``: the release's sampler (default).
+``damped``: ours, a box the held-over-a-frame PD law keeps stable on the physical robot; the release's box makes
+most physical-variant trajectories oscillate to joint speeds of hundreds of rad/s (docs/anymal.md,
+``bench/anymal_pd_stability.py``). Both contain the RL gains (85, 2)."""
 INIT_XY_RANGE = 0.2  # [m]
 INIT_HEIGHT_RANGE = (0.65, 1.0)  # [m]
 INIT_TILT_RANGE = math.pi / 6  # [rad]
@@ -185,6 +190,7 @@ class Anymal(Environment):
     robot_variants: ClassVar[tuple[str, ...]] = ROBOT_VARIANTS
     control_modes: ClassVar[tuple[str, ...]] = CONTROL_MODES
     random_control = "actions"
+    pd_gain_boxes = tuple(DATA_PD_GAINS)
     frame_dt = 1.0 / 60.0
     sim_substeps = 10
     states_frame = "body"
@@ -278,10 +284,12 @@ class Anymal(Environment):
             return joint_pd_torques(self.q_default + ACTION_SCALE * a, q, qd, self.kp, self.kd)
         return a * self._torque_scale + TORQUE_MODE_KP * (self.q_default - q)
 
-    def randomize_controller(self, generator: torch.Generator) -> None:
-        """Data generation: draw Kp ~ U[30, 200] and Kd ~ U[0, 1] for every env (one pair per env)."""
+    def randomize_controller(self, generator: torch.Generator, gains: str = "release") -> None:
+        """Data generation: draw one (Kp, Kd) pair per env, uniform in the box ``gains`` of :data:`DATA_PD_GAINS`
+        (``release``: Kp ~ U[30, 200], Kd ~ U[0, 1])."""
+        (kp_low, kp_high), (kd_low, kd_high) = DATA_PD_GAINS[gains]
         n = self.num_envs
-        self.set_pd_gains(uniform(*DATA_KP_RANGE, n, generator), uniform(*DATA_KD_RANGE, n, generator))
+        self.set_pd_gains(uniform(kp_low, kp_high, n, generator), uniform(kd_low, kd_high, n, generator))
 
     def sample_random_actions(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """Actions uniform in [−1, 1]^12 (the release's dataset sampler)."""

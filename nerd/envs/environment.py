@@ -115,6 +115,9 @@ class Environment:
     """What data generation draws each frame: ``"torques"`` (:meth:`sample_random_torques`, white noise applied
     directly) or ``"actions"`` (:meth:`sample_random_actions` through the robot's controller, after
     :meth:`randomize_controller`; both the actions and the resulting torques are recorded)."""
+    pd_gain_boxes: ClassVar[tuple[str, ...]] = ()
+    """Names of the data-generation gain boxes :meth:`randomize_controller` accepts, the default first (empty for
+    robots whose data bypasses a controller)."""
     passive_metrics: ClassVar[dict[str, tuple[str, tuple[int, ...]]]] = {}
     """Passive-motion metrics (spec §9): name -> (kind, joint_q indices). Kinds: ``"abs"`` mean |dq| over the
     indices (wrapped for continuous joints), ``"position"`` base position distance, ``"orientation"`` base
@@ -215,8 +218,9 @@ class Environment:
         """Random policy actions (n, action_dim) for data generation of ``random_control = "actions"`` robots."""
         raise NotImplementedError
 
-    def randomize_controller(self, generator: torch.Generator) -> None:
-        """Data generation: draw the controller's random parameters (e.g. PD gains) for the next frame."""
+    def randomize_controller(self, generator: torch.Generator, gains: str = "release") -> None:
+        """Data generation: draw the controller's random parameters (e.g. PD gains, from the box ``gains``, one of
+        :attr:`pd_gain_boxes`) for the next frame."""
 
     def sample_reset_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """The robot's task reset (RL episodes, passive evaluation from task states): (n, dof_q + dof_qd), world.

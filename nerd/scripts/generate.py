@@ -46,6 +46,10 @@ def main(argv: list[str] | None = None) -> None:
     add_mass_matrix_refresh_arg(parser)
     add_robot_variant_arg(parser)
     add_control_mode_arg(parser)
+    parser.add_argument("--pd-gains", default=None,
+                        help="data-generation PD gain box of robots whose data goes through a PD law: Anymal "
+                             "'release' (default: Kp ~ U[30, 200], Kd ~ U[0, 1]) or 'damped' (ours: Kp ~ U[30, 100], "
+                             "Kd ~ U[1, 3], stable on the physical robot; docs/anymal.md)")
     parser.add_argument("--compression", default="lzf", choices=["lzf", "gzip", "none"],
                         help="HDF5 compression")
     add_common_args(parser)
@@ -66,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
         env_name=args.env_name, num_transitions=num_transitions, trajectory_length=args.trajectory_length,
         num_envs=args.num_envs, seed=seed, passive=args.passive, contact_config=args.contact_config,
         solver=args.solver, mass_matrix_refresh=args.mass_matrix_refresh, robot_variant=args.robot_variant,
-        control_mode=args.control_mode,
+        control_mode=args.control_mode, pd_gains=args.pd_gains,
         compression=None if args.compression == "none" else args.compression,
     )
     summary = generate_dataset(cfg, path, device=device_for_rank(resolve_device(args.device), rank),

@@ -148,3 +148,46 @@ def test_a_model_of_the_other_variant_is_refused(tmp_path):
     assert NeuralEnvironment.from_checkpoint(release_env, path).signature.robot_variant == "release"
     with pytest.raises(UserError, match="variant 'release', but the environment is the 'physical' variant"):
         NeuralEnvironment.from_checkpoint(make_env("Anymal", 1, use_graph=False), path)
+
+
+def max_joint_speed_under_random_gains(gains: str, frames: int = 100, n: int = 16) -> float:
+    """Largest |q̇| of the physical robot driven as data generation drives it (gains redrawn from the box ``gains``
+    every frame, random actions), inf once the PD torques stop being finite."""
+    env = make_env("Anymal", n)
+    g = torch.Generator().manual_seed(0)
+    env.reset(states=env.sample_initial_states(n, g))
+    largest = 0.0
+    for _ in range(frames):
+        env.randomize_controller(g, gains)
+        try:
+            env.step(env.sample_random_actions(n, g))
+        except UserError:
+            return float("inf")
+        largest = max(largest, env.get_states()[:, 25:].abs().max().item())
+    return largest
+
+
+def test_the_damped_gain_box_keeps_the_physical_robot_bounded():
+    """The release's gain box, held over a frame, makes the physical robot's light shanks oscillate to hundreds of
+    rad/s; our damped box keeps every env's joints below 100 rad/s, and draws inside its bounds."""
+    from nerd.envs.anymal import DATA_PD_GAINS
+
+    assert max_joint_speed_under_random_gains("release") > 100.0
+    assert max_joint_speed_under_random_gains("damped") < 100.0
+    env = make_env("Anymal", 64)
+    env.randomize_controller(torch.Generator().manual_seed(2), "damped")
+    (kp_low, kp_high), (kd_low, kd_high) = DATA_PD_GAINS["damped"]
+    assert ((env.kp >= kp_low) & (env.kp <= kp_high)).all() and ((env.kd >= kd_low) & (env.kd <= kd_high)).all()
+
+
+def test_gain_boxes_are_checked_when_generating(tmp_path):
+    """--pd-gains names one of the robot's boxes, and only robots whose data goes through a PD law have any."""
+    from nerd.generation import GenerationConfig, generate_dataset
+
+    with pytest.raises(UserError, match="Anymal has the gain boxes release, damped"):
+        generate_dataset(GenerationConfig("Anymal", 10, trajectory_length=5, num_envs=2, pd_gains="stiff"),
+                         tmp_path / "a.hdf5", progress=False)
+    with pytest.raises(UserError, match="Cartpole's data does not go through a PD controller"):
+        generate_dataset(GenerationConfig("Cartpole", 10, trajectory_length=5, num_envs=2, pd_gains="damped"),
+                         tmp_path / "c.hdf5", progress=False)
+    assert not list(tmp_path.iterdir())
