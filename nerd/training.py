@@ -7,6 +7,8 @@ scalars and checkpoints (``nn/last.pt``, and ``nn/best.pt`` by rollout error or 
 
 from __future__ import annotations
 
+import math
+import os
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -29,7 +31,7 @@ from nerd.modes import NEURAL
 from nerd.representation import compute_target, states_to_anchor_frame
 from nerd.run_dir import check_run_dir, new_run_dir, write_run_record, write_text_atomic
 
-RUN_DIR_ENTRIES = ("nn", "config.yaml", "git.yaml", "summary.yaml")
+RUN_DIR_ENTRIES = ("nn", "config.yaml", "git.yaml", "summary.yaml", "curve.csv", "curve.png")
 """What a training run writes in its directory besides TensorBoard events (what ``--overwrite`` removes)."""
 
 ROLLOUT_DIVERGED = "rollout_diverged"
@@ -242,20 +244,20 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
                         f"{sig.env_name} is not one")
     if cfg.best_checkpoint_by == "rollout" and cfg.rollout_eval.num_envs < 1:
         raise UserError("best_checkpoint_by: rollout needs rollout_eval.num_envs > 0; set it or use valid_loss")
-    model, optimizer, start_epoch, best_score, spent = _init_or_resume(cfg, train_data, logdir, device, resume,
-                                                                       init_from)
+    model, optimizer, start_epoch, best_score, previous = _init_or_resume(cfg, train_data, logdir, device, resume,
+                                                                          init_from)
 
     # Rank 0 alone writes the run directory; the other ranks only train.
     run_dir = (nullcontext(logdir) if resume or not rank.is_main
                else new_run_dir(logdir, RUN_DIR_ENTRIES, overwrite, "nn/*.pt"))
     with run_dir:
         return _train_loop(cfg, logdir, model, optimizer, start_epoch, best_score, train_data, valid_data, device,
-                           seed, progress, spent)
+                           seed, progress, previous)
 
 
 def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: torch.optim.Optimizer, start_epoch: int,
                 best_score: float, train_data: TrajectoryWindows, valid_data: TrajectoryWindows, device: str,
-                seed: int, progress: bool, spent: float = 0.0) -> dict[str, Any]:
+                seed: int, progress: bool, previous: dict[str, Any] | None = None) -> dict[str, Any]:
     """The epochs of :func:`train`, once every input is validated, in the prepared run directory.
 
     Under torchrun every rank runs this loop on its own shard of each batch, with gradients averaged by
@@ -277,7 +279,10 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
     best_path, last_path = logdir / "nn" / "best.pt", logdir / "nn" / "last.pt"
     noise_columns = noisy_state_columns(sig.layout)
     noise_std = (cfg.input_noise * model.input_norms["states"].var.sqrt().float().cpu())[noise_columns]
-    history: list[dict[str, float]] = []
+    previous = previous or {}
+    # A resumed run's summary and curve keep the epochs before the interruption.
+    history: list[dict[str, float]] = list(previous.get("history", []))
+    spent = float(previous.get("step_seconds", 0.0))
     started = time.perf_counter()
     # A resumed run continues its budget (and the learning rate that decays over it) where its last epoch ended.
     run = _Progress(step=start_epoch * steps_per_epoch,
@@ -298,13 +303,18 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
                 continue
             valid = validation_loss(model, valid_data, cfg.batch_size, cfg.valid_batches, seed + 1)
             save_checkpoint(last_path, model, sig, config_dict, history_length=cfg.history_length, epoch=epoch,
-                            optimizer=optimizer, extra={"step_seconds": run.seconds})
+                            optimizer=optimizer, extra={"step_seconds": run.seconds, "history": history})
             ckpt_metrics = _evaluate_epoch(cfg, last_path, epoch, device, writer, sig.robot_variant)
             writer.add_scalar("losses/valid", valid, epoch)
             writer.add_scalar("perf/windows_per_second", len(losses) * cfg.batch_size / epoch_seconds, epoch)
-            record = {"epoch": epoch, "train_loss": sum(losses) / max(len(losses), 1), "valid_loss": valid,
+            record = {"epoch": epoch, "windows_seen": run.step * cfg.batch_size, "step_seconds": run.seconds,
+                      "train_loss": sum(losses) / max(len(losses), 1), "valid_loss": valid,
                       "epoch_seconds": epoch_seconds, **ckpt_metrics}
             history.append(record)
+            # Again, now with this epoch's record: a resumed run then keeps its whole curve.
+            save_checkpoint(last_path, model, sig, config_dict, history_length=cfg.history_length, epoch=epoch,
+                            optimizer=optimizer, extra={"step_seconds": run.seconds, "history": history})
+            write_training_curve(logdir, history)
             print(" ".join(f"{k} {v:.5g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()),
                   flush=True)
             score = valid if cfg.best_checkpoint_by == "valid_loss" else sum(ckpt_metrics.values())
@@ -327,6 +337,48 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
                "train_windows": len(train_data), "parameters": sum(p.numel() for p in model.parameters())}
     write_text_atomic(logdir / "summary.yaml", yaml.safe_dump(summary, sort_keys=False))
     return summary
+
+
+def write_training_curve(logdir: str | Path, history: list[dict[str, Any]]) -> None:
+    """Write a run's per-epoch record as ``curve.csv`` and ``curve.png`` (validation loss and every rollout-check
+    metric against the training windows seen, log-log), both replaced atomically after every epoch."""
+    if not history:
+        return
+    import csv
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    logdir = Path(logdir)
+    columns = list(dict.fromkeys(key for record in history for key in record))
+    text = io.StringIO()
+    writer = csv.DictWriter(text, columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(history)
+    write_text_atomic(logdir / "curve.csv", text.getvalue())
+    plotted = [k for k in columns if k not in _CURVE_BOOKKEEPING]
+    windows = [r["windows_seen"] for r in history]
+    fig, axes = plt.subplots(1, len(plotted), figsize=(4.2 * len(plotted), 3.4), squeeze=False)
+    for ax, key in zip(axes[0], plotted, strict=True):
+        points = [(w, r[key]) for w, r in zip(windows, history, strict=True)
+                  if isinstance(r.get(key), float) and math.isfinite(r[key]) and r[key] > 0 and w > 0]
+        if points:
+            ax.loglog(*zip(*points, strict=True), marker=".")
+        ax.set_xlabel("training windows seen")
+        ax.set_title(key, fontsize=9)
+        ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    tmp = logdir / "curve.tmp.png"
+    fig.savefig(tmp, dpi=90)
+    plt.close(fig)
+    os.replace(tmp, logdir / "curve.png")
+
+
+_CURVE_BOOKKEEPING = frozenset({"epoch", "windows_seen", "step_seconds", "train_loss", "epoch_seconds"})
+"""Per-epoch record keys that are not plotted by :func:`write_training_curve` (the x axis and timing)."""
 
 
 @dataclass
@@ -353,15 +405,17 @@ class _Progress:
 
 
 def _init_or_resume(cfg: TrainConfig, train_data: TrajectoryWindows, logdir: Path, device: str, resume: bool,
-                    init_from: str | Path | None) -> tuple[NeRDModel, torch.optim.Optimizer, int, float, float]:
+                    init_from: str | Path | None
+                    ) -> tuple[NeRDModel, torch.optim.Optimizer, int, float, dict[str, Any]]:
     """A fresh model (statistics of the training set), a resumed run or one initialised from a checkpoint.
 
     Returns:
-        (model in train mode, its Adam optimiser, first epoch to run, best checkpoint score so far, CPU seconds
-        of the budget already spent).
+        (model in train mode, its Adam optimiser, first epoch to run, best checkpoint score so far, what the
+        resumed run's last checkpoint recorded: ``step_seconds`` of the budget spent and the per-epoch
+        ``history``; empty for a new run).
     """
     sig = train_data.signature
-    start_epoch, optimizer_state, best_score, spent = 0, None, float("inf"), 0.0
+    start_epoch, optimizer_state, best_score, previous = 0, None, float("inf"), {}
     if resume:
         last = logdir / "nn" / "last.pt"
         if not last.is_file():
@@ -370,7 +424,7 @@ def _init_or_resume(cfg: TrainConfig, train_data: TrajectoryWindows, logdir: Pat
         ckpt_sig.check_compatible(sig, what="checkpoint")
         check_resume_config(cfg, model.cfg, payload)
         start_epoch, optimizer_state = payload["epoch"] + 1, payload["optimizer_state"]
-        spent = float((payload.get("extra") or {}).get("step_seconds", 0.0))
+        previous = dict(payload.get("extra") or {})
         best_score = _previous_best(logdir / "nn" / "best.pt", cfg.best_checkpoint_by)
     elif init_from is not None:
         model, ckpt_sig, _ = load_checkpoint(init_from, device)
@@ -388,7 +442,7 @@ def _init_or_resume(cfg: TrainConfig, train_data: TrajectoryWindows, logdir: Pat
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr_start)
     if optimizer_state is not None:
         optimizer.load_state_dict(optimizer_state)
-    return model, optimizer, start_epoch, best_score, spent
+    return model, optimizer, start_epoch, best_score, previous
 
 
 def check_resume_config(cfg: TrainConfig, model_cfg: ModelConfig, payload: dict[str, Any]) -> None:

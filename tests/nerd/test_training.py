@@ -1,5 +1,6 @@
 """Checkpoints, training, resuming and passive evaluation on tiny generated data."""
 
+import csv
 import dataclasses
 import shutil
 
@@ -42,10 +43,15 @@ def test_training_reduces_validation_loss_and_writes_a_run(pendulum_run):
     root, _, summary = pendulum_run
     losses = [e["valid_loss"] for e in summary["epochs"]]
     assert losses[-1] < 0.8, losses
-    for name in ("config.yaml", "git.yaml", "summary.yaml", "nn/best.pt", "nn/last.pt"):
+    for name in ("config.yaml", "git.yaml", "summary.yaml", "nn/best.pt", "nn/last.pt", "curve.png"):
         assert (root / "logs" / name).exists(), name
     assert any(p.name.startswith("events.out.tfevents") for p in (root / "logs").iterdir())
     assert "joint_position_error" in summary["epochs"][-1]
+    # The curve: one row per epoch, against the windows seen (30 batches of 64 per epoch).
+    rows = list(csv.DictReader((root / "logs/curve.csv").open()))
+    assert [int(r["epoch"]) for r in rows] == [0, 1]
+    assert [int(r["windows_seen"]) for r in rows] == [30 * 64, 60 * 64]
+    assert float(rows[-1]["valid_loss"]) == pytest.approx(losses[-1])
 
 
 def test_checkpoint_round_trip_is_safe_and_exact(pendulum_run, tmp_path):
@@ -82,16 +88,20 @@ def test_wrong_robot_or_corrupt_checkpoint_is_refused(pendulum_run, tmp_path):
 
 
 def test_resume_continues_from_the_next_epoch(pendulum_run, tmp_path):
-    """--resume restores the optimiser and continues the run in its own directory at the next epoch."""
-    root, cfg, _ = pendulum_run
+    """--resume restores the optimiser and continues the run in its own directory at the next epoch; the summary
+    and the curve keep the epochs before the interruption."""
+    root, cfg, first = pendulum_run
     shutil.copytree(root / "logs", tmp_path / "run")
     cfg = dataclasses.replace(cfg, num_epochs=3)
     summary = train(cfg, tmp_path / "run", seed=0, resume=True, progress=False)
-    assert [e["epoch"] for e in summary["epochs"]] == [2]
+    assert [e["epoch"] for e in summary["epochs"]] == [0, 1, 2]
+    assert summary["epochs"][:2] == first["epochs"]
+    assert summary["epochs"][2]["windows_seen"] == 3 * 30 * 64
+    assert len(list(csv.DictReader((tmp_path / "run/curve.csv").open()))) == 3
     # The best checkpoint so far is replaced only by a better one.
-    previous_best = pendulum_run[2]["best_score"]
+    previous_best = first["best_score"]
     _, _, best = load_checkpoint(tmp_path / "run/nn/best.pt")
-    assert best["extra"]["best_score"] == pytest.approx(min(previous_best, rollout_score(summary["epochs"][0])))
+    assert best["extra"]["best_score"] == pytest.approx(min(previous_best, rollout_score(summary["epochs"][-1])))
 
 
 def test_resume_continues_the_time_budget(pendulum_run, tmp_path):
@@ -104,7 +114,8 @@ def test_resume_continues_the_time_budget(pendulum_run, tmp_path):
     assert spent > 0
     cfg = dataclasses.replace(cfg, num_epochs=4, time_budget_minutes=0.99 * spent / 60.0)
     summary = train(cfg, tmp_path / "run", seed=0, resume=True, progress=False)
-    assert summary["epochs"] == [] and summary["step_seconds"] == pytest.approx(spent)
+    assert [e["epoch"] for e in summary["epochs"]] == [0, 1]  # no new epoch
+    assert summary["step_seconds"] == pytest.approx(spent)
 
 
 def test_resume_refuses_a_changed_model_history_or_training_file(pendulum_run, tmp_path):
