@@ -377,8 +377,10 @@ def write_training_curve(logdir: str | Path, history: list[dict[str, Any]]) -> N
     os.replace(tmp, logdir / "curve.png")
 
 
-_CURVE_BOOKKEEPING = frozenset({"epoch", "windows_seen", "step_seconds", "train_loss", "epoch_seconds"})
-"""Per-epoch record keys that are not plotted by :func:`write_training_curve` (the x axis and timing)."""
+_CURVE_BOOKKEEPING = frozenset({"epoch", "windows_seen", "step_seconds", "train_loss", "epoch_seconds",
+                                ROLLOUT_DIVERGED})
+"""Per-epoch record keys that are not plotted by :func:`write_training_curve` (the x axis, timing, the divergence
+flag)."""
 
 
 @dataclass
