@@ -129,7 +129,10 @@ def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: i
     from rl_games.torch_runner import Runner  # imported late: it changes torch's global print options
 
     check_env_config(cfg.env)
-    logdir = Path(logdir).resolve()
+    # rl-games gets an absolute run directory; the files a run writes record the path as the user gave it, so
+    # that a run directory (or a shipped copy of its files) does not carry this machine's paths.
+    given = Path(logdir)
+    logdir = given.resolve()
     params = resolve_params(cfg, device, seed, logdir, max_epochs)
     if params["config"].get("max_epochs", -1) < 1 and params["config"].get("max_frames", -1) < 1:
         raise UserError("set --max-epochs (or params.config.max_epochs) so that training ends")
@@ -138,7 +141,8 @@ def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: i
     main_rank = not params["config"].get("multi_gpu") or rank_from_env().is_main
     run_dir = new_run_dir(logdir, RUN_DIR_ENTRIES, overwrite, "nn/*.pth") if main_rank else contextlib.nullcontext()
     with run_dir:
-        resolved = {"env": to_dict(cfg.env), "params": params}
+        resolved = {"env": to_dict(cfg.env), "params": copy.deepcopy(params)}
+        resolved["params"]["config"]["train_dir"] = str(given.parent)
         if main_rank:
             write_run_record(logdir, resolved)
         register_with_rl_games()
@@ -160,8 +164,8 @@ def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: i
             agent.save(str(last))
             agent.writer.flush()
     best = logdir / "nn" / f"{params['config']['name']}.pth"
-    summary = {"logdir": str(logdir), "last_checkpoint": str(last) + ".pth",
-               "best_checkpoint": str(best) if best.is_file() else None,
+    summary = {"logdir": str(given), "last_checkpoint": str(given / "nn" / "last.pth"),
+               "best_checkpoint": str(given / best.relative_to(logdir)) if best.is_file() else None,
                "train_seconds": time.perf_counter() - started, "episodes": observer.episodes,
                "diverged_episodes": observer.diverged, "epochs": observer.history}
     write_text_atomic(logdir / "train_summary.json", json.dumps(summary, indent=2))

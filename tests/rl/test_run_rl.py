@@ -38,18 +38,20 @@ def tiny_nerd_model(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def trained_policy(tmp_path_factory, tiny_nerd_model) -> Path:
-    """Run directory of a 3-epoch PPO run in the neural simulator."""
-    logdir = tmp_path_factory.mktemp("rl") / "run"
+    """Run directory of a 3-epoch PPO run in the neural simulator, given as a path relative to the working
+    directory (as a user types it)."""
+    root = tmp_path_factory.mktemp("rl")
     mp = pytest.MonkeyPatch()
+    mp.chdir(root)
     # 20-step episodes, so that episodes finish within the 3 x 32 steps of the run.
     mp.setattr(sys, "argv", ["eval/run_rl.py", "--rl-cfg", CARTPOLE_CFG, "--env-mode", "neural", "--nerd-model-path",
-                             tiny_nerd_model, "--max-epochs", "3", "--logdir", str(logdir), *TINY_PPO,
+                             tiny_nerd_model, "--max-epochs", "3", "--logdir", "run", *TINY_PPO,
                              "env.episode_length=20"])
     try:
         runpy.run_path(str(REPO / "eval/run_rl.py"), run_name="__main__")
     finally:
         mp.undo()
-    return logdir
+    return root / "run"
 
 
 def test_training_writes_checkpoints_config_and_summaries(trained_policy):
@@ -62,6 +64,9 @@ def test_training_writes_checkpoints_config_and_summaries(trained_policy):
     assert list((trained_policy / "summaries").glob("events.out.tfevents.*"))
     summary = json.loads((trained_policy / "train_summary.json").read_text())
     assert summary["epochs"] and summary["epochs"][-1]["epoch"] == 3
+    # The run's files record its paths as given, not this machine's absolute ones (shipped copies stay portable).
+    assert summary["logdir"] == "run" and summary["last_checkpoint"] == str(Path("run/nn/last.pth"))
+    assert resolved["params"]["config"]["train_dir"] == "."
 
 
 def test_playback_reports_reward_mean_and_std(trained_policy, tmp_path, monkeypatch, capsys):
