@@ -73,4 +73,5 @@ def test_two_process_training_keeps_replicas_identical_and_the_loss_falls(sharde
         sharded_data)
     resumed = yaml.safe_load((sharded_data / "runs/ddp/summary.yaml").read_text())
     assert resumed["world_size"] == 1 and resumed["optimizer_steps"] == 45
-    assert [e["epoch"] for e in resumed["epochs"]] == [2]
+    assert [e["epoch"] for e in resumed["epochs"]] == [0, 1, 2]  # the 2-process epochs are kept
+    assert resumed["epochs"][:2] == epochs and resumed["epochs"][2]["windows_seen"] == 45 * TINY_CFG["batch_size"]
