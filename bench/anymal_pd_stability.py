@@ -28,10 +28,6 @@ from nerd.run_dir import write_text_atomic
 GAINS = ((30, 0.0), (30, 1.0), (60, 0.0), (60, 1.0), (85, 2.0), (100, 1.0), (120, 0.5), (200, 0.0), (200, 1.0))
 """(Kp, Kd) pairs: the corners of the release's sampling box, the RL gains (85, 2) and points between."""
 
-VELOCITY_COLUMNS = slice(25, 37)
-"""Joint velocities in ANYmal's state (base pose 7, joint q 12, base twist 6, joint qd 12)."""
-
-
 def max_joint_speeds(variant: str, gains: tuple[float, float] | str, num_envs: int, frames: int, seed: int,
                      device: str) -> tuple[torch.Tensor, int | None]:
     """Each env's largest |q̇| over the rollout under fixed (Kp, Kd) or a gain box redrawn every frame, and the
@@ -41,6 +37,7 @@ def max_joint_speeds(variant: str, gains: tuple[float, float] | str, num_envs: i
     env.reset(states=env.sample_initial_states(num_envs, gen))
     if not isinstance(gains, str):
         env.set_pd_gains(*gains)
+    joint_velocities = slice(env.dof_q + env.act_dof_indices[0], env.state_dim)  # after the base twist
     largest = torch.zeros(num_envs)
     for frame in range(frames):
         if isinstance(gains, str):
@@ -49,7 +46,7 @@ def max_joint_speeds(variant: str, gains: tuple[float, float] | str, num_envs: i
             env.step(env.sample_random_actions(num_envs, gen))
         except UserError:  # the PD torques of a blown-up state are no longer finite
             return largest, frame
-        speeds = env.get_states()[:, VELOCITY_COLUMNS].abs().amax(dim=1).cpu()
+        speeds = env.get_states()[:, joint_velocities].abs().amax(dim=1).cpu()
         if not torch.isfinite(speeds).all():
             return largest, frame
         largest = torch.maximum(largest, speeds)

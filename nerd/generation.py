@@ -133,7 +133,6 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
         raise UserError(f"--pd-gains {cfg.pd_gains}: " + (
             f"{cfg.env_name} has the gain boxes {', '.join(env.pd_gain_boxes)}" if env.pd_gain_boxes else
             f"{cfg.env_name}'s data does not go through a PD controller (only Anymal's does)"))
-    pd_gains = cfg.pd_gains or (env.pd_gain_boxes[0] if env.pd_gain_boxes else None)
     random_planes = cfg.contact_config is None and hasattr(env, "sample_ground_planes")
     generator = torch.Generator().manual_seed(cfg.seed)
     # The robot signature is what a model trained on the file is checked against; it is written from one place.
@@ -169,7 +168,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
                     if env.random_control == "actions":
                         # Random actions through the robot's controller (randomised per frame); record both.
                         if not cfg.passive:
-                            env.randomize_controller(generator, pd_gains)
+                            env.randomize_controller(generator, cfg.pd_gains)
                         actions = (torch.zeros(n, env.action_dim, device=env.torch_device) if cfg.passive
                                    else env.sample_random_actions(n, generator))
                         env.check_actions(actions)

@@ -284,10 +284,10 @@ class Anymal(Environment):
             return joint_pd_torques(self.q_default + ACTION_SCALE * a, q, qd, self.kp, self.kd)
         return a * self._torque_scale + TORQUE_MODE_KP * (self.q_default - q)
 
-    def randomize_controller(self, generator: torch.Generator, gains: str = "release") -> None:
+    def randomize_controller(self, generator: torch.Generator, gains: str | None = None) -> None:
         """Data generation: draw one (Kp, Kd) pair per env, uniform in the box ``gains`` of :data:`DATA_PD_GAINS`
-        (``release``: Kp ~ U[30, 200], Kd ~ U[0, 1])."""
-        (kp_low, kp_high), (kd_low, kd_high) = DATA_PD_GAINS[gains]
+        (None: the default, ``release``: Kp ~ U[30, 200], Kd ~ U[0, 1])."""
+        (kp_low, kp_high), (kd_low, kd_high) = DATA_PD_GAINS[gains or self.pd_gain_boxes[0]]
         n = self.num_envs
         self.set_pd_gains(uniform(kp_low, kp_high, n, generator), uniform(kd_low, kd_high, n, generator))
 

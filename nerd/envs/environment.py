@@ -218,9 +218,9 @@ class Environment:
         """Random policy actions (n, action_dim) for data generation of ``random_control = "actions"`` robots."""
         raise NotImplementedError
 
-    def randomize_controller(self, generator: torch.Generator, gains: str = "release") -> None:
+    def randomize_controller(self, generator: torch.Generator, gains: str | None = None) -> None:
         """Data generation: draw the controller's random parameters (e.g. PD gains, from the box ``gains``, one of
-        :attr:`pd_gain_boxes`) for the next frame."""
+        :attr:`pd_gain_boxes`; None for the robot's default, the first) for the next frame."""
 
     def sample_reset_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """The robot's task reset (RL episodes, passive evaluation from task states): (n, dof_q + dof_qd), world.
