@@ -71,10 +71,19 @@ def current_rank() -> Rank:
     return Rank(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
 
 
-def shutdown() -> None:
-    """Leave the process group (end of a torchrun script)."""
-    if dist.is_initialized():
-        dist.destroy_process_group()
+def shutdown(completed: bool = True) -> None:
+    """Leave the process group (end of a torchrun script).
+
+    After a completed run every rank first waits for the others: a rank that tears its group down while rank 0
+    is still writing checkpoints can abort in gloo's destructor ("terminate called without an active
+    exception", seen about one run in three with a DDP model alive). After a failure (``completed=False``) no
+    rank waits, since the failed rank's peers may never reach the barrier; torchrun stops them.
+    """
+    if not dist.is_initialized():
+        return
+    if completed:
+        dist.barrier()
+    dist.destroy_process_group()
 
 
 def replica_checksums(module: torch.nn.Module) -> list[list[float]]:

@@ -65,8 +65,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         summary = train(cfg, args.logdir, device=device, seed=args.seed, resume=args.resume,
                         init_from=args.init_from, overwrite=args.overwrite)
-    finally:
-        shutdown()
+    except BaseException:
+        shutdown(completed=False)
+        raise
+    shutdown()
     if not rank.is_main:
         return
     print(f"best checkpoint by {summary['best_checkpoint_by']} ({summary['best_score']:.5g}) "

@@ -75,3 +75,32 @@ def test_two_process_training_keeps_replicas_identical_and_the_loss_falls(sharde
     assert resumed["world_size"] == 1 and resumed["optimizer_steps"] == 45
     assert [e["epoch"] for e in resumed["epochs"]] == [0, 1, 2]  # the 2-process epochs are kept
     assert resumed["epochs"][:2] == epochs and resumed["epochs"][2]["windows_seen"] == 45 * TINY_CFG["batch_size"]
+
+
+SLOW_RANK0_EXIT = """
+import time
+import torch
+from torch.nn.parallel import DistributedDataParallel
+from nerd.distributed import init_distributed, shutdown
+
+rank, _ = init_distributed("cpu")
+model = DistributedDataParallel(torch.nn.Linear(4, 4))
+for _ in range(3):
+    model(torch.randn(8, 4)).sum().backward()
+if rank.is_main:
+    time.sleep(2.0)  # rank 0 writing its checkpoints while rank 1 has finished
+shutdown()
+"""
+
+
+def test_ranks_leave_together_when_rank_0_finishes_last(tmp_path):
+    """A rank that tore its gloo group down while rank 0 was still busy aborted at exit (SIGABRT, about one run
+    in three): shutdown() makes the ranks wait for each other. Three launches at once, each must exit cleanly."""
+    script = tmp_path / "slow_rank0.py"
+    script.write_text(SLOW_RANK0_EXIT)
+    launches = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                  "--nproc_per_node=2", str(script)], cwd=tmp_path, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True) for _ in range(3)]
+    for launch in launches:
+        output, _ = launch.communicate(timeout=120)
+        assert launch.returncode == 0 and "terminate called" not in output, output[-2000:]
