@@ -285,7 +285,9 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
     spent = float(previous.get("step_seconds", 0.0))
     started = time.perf_counter()
     # A resumed run continues its budget (and the learning rate that decays over it) where its last epoch ended.
-    run = _Progress(step=start_epoch * steps_per_epoch,
+    # The steps the interrupted run took (an epoch cut short by its budget has fewer than steps_per_epoch);
+    # checkpoints from before this was recorded fall back to whole epochs.
+    run = _Progress(step=int(previous.get("optimizer_steps", start_epoch * steps_per_epoch)),
                     budget=cfg.time_budget_minutes * 60.0 if cfg.time_budget_minutes else None, seconds=spent,
                     rank=rank)
     with SummaryWriter(str(logdir)) if rank.is_main else _NoWriter() as writer:
@@ -302,8 +304,10 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
             if not rank.is_main:
                 continue
             valid = validation_loss(model, valid_data, cfg.batch_size, cfg.valid_batches, seed + 1)
+            # What --resume needs; ``history`` is the list itself, so the second save below includes this epoch.
+            resume_state = {"step_seconds": run.seconds, "optimizer_steps": run.step, "history": history}
             save_checkpoint(last_path, model, sig, config_dict, history_length=cfg.history_length, epoch=epoch,
-                            optimizer=optimizer, extra={"step_seconds": run.seconds, "history": history})
+                            optimizer=optimizer, extra=resume_state)
             ckpt_metrics = _evaluate_epoch(cfg, last_path, epoch, device, writer, sig.robot_variant)
             writer.add_scalar("losses/valid", valid, epoch)
             writer.add_scalar("perf/windows_per_second", len(losses) * cfg.batch_size / epoch_seconds, epoch)
@@ -313,7 +317,7 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
             history.append(record)
             # Again, now with this epoch's record: a resumed run then keeps its whole curve.
             save_checkpoint(last_path, model, sig, config_dict, history_length=cfg.history_length, epoch=epoch,
-                            optimizer=optimizer, extra={"step_seconds": run.seconds, "history": history})
+                            optimizer=optimizer, extra=resume_state)
             write_training_curve(logdir, history)
             print(" ".join(f"{k} {v:.5g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()),
                   flush=True)
@@ -388,7 +392,7 @@ class _Progress:
     """Optimiser steps taken and the CPU time they used, against the optional time budget."""
 
     step: int
-    """Optimiser steps so far (a resumed run starts at its epoch's first step)."""
+    """Optimiser steps so far (a resumed run starts where its last checkpoint's epoch ended)."""
     budget: float | None = None
     """``time_budget_minutes`` in seconds, or None."""
     seconds: float = 0.0

@@ -104,6 +104,20 @@ def test_resume_continues_from_the_next_epoch(pendulum_run, tmp_path):
     assert best["extra"]["best_score"] == pytest.approx(min(previous_best, rollout_score(summary["epochs"][-1])))
 
 
+def test_resume_counts_the_steps_an_epoch_cut_short_took(pendulum_run, tmp_path):
+    """An epoch that its time budget cut short took fewer than batches_per_epoch steps: a resumed run continues
+    the step count (windows seen, the step-based learning rate) from the steps recorded, not from whole epochs."""
+    root, cfg, _ = pendulum_run
+    shutil.copytree(root / "logs", tmp_path / "run")
+    last = torch.load(tmp_path / "run/nn/last.pt", weights_only=True)
+    assert last["extra"]["optimizer_steps"] == 2 * 30
+    last["extra"]["optimizer_steps"] = 50  # as if the budget had stopped epoch 1 after 20 of its 30 steps
+    torch.save(last, tmp_path / "run/nn/last.pt")
+    summary = train(dataclasses.replace(cfg, num_epochs=3), tmp_path / "run", seed=0, resume=True, progress=False)
+    assert summary["optimizer_steps"] == 50 + 30
+    assert summary["epochs"][2]["windows_seen"] == (50 + 30) * 64
+
+
 def test_resume_continues_the_time_budget(pendulum_run, tmp_path):
     """A resumed run counts the CPU time its earlier epochs spent against time_budget_minutes, so its learning rate
     keeps decaying where it stopped instead of restarting; a budget already spent trains no further epoch."""
