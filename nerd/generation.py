@@ -64,6 +64,9 @@ class GenerationConfig:
     pd_gains: str | None = None
     """Data-generation gain box of robots whose data goes through a PD law (Anymal: ``"release"``, the default,
     or our ``"damped"``); None for the robot's default."""
+    ground_planes: str | None = None
+    """How robots with random ground planes (the pendulum) draw them: ``"release"`` (the default) or our
+    ``"near"``; None for the robot's default."""
     compression: str | None = "lzf"
     """HDF5 compression filter: ``"lzf"`` (about half the size, a few % slower), ``"gzip"`` or None."""
 
@@ -133,7 +136,11 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
         raise UserError(f"--pd-gains {cfg.pd_gains}: " + (
             f"{cfg.env_name} has the gain boxes {', '.join(env.pd_gain_boxes)}" if env.pd_gain_boxes else
             f"{cfg.env_name}'s data does not go through a PD controller (only Anymal's does)"))
-    random_planes = cfg.contact_config is None and hasattr(env, "sample_ground_planes")
+    if cfg.ground_planes is not None and cfg.ground_planes not in env.ground_plane_rules:
+        raise UserError(f"--ground-planes {cfg.ground_planes}: " + (
+            f"{cfg.env_name} has the rules {', '.join(env.ground_plane_rules)}" if env.ground_plane_rules else
+            f"{cfg.env_name}'s data has no random ground planes (only PendulumWithContact's has)"))
+    random_planes = cfg.contact_config is None and bool(env.ground_plane_rules)
     generator = torch.Generator().manual_seed(cfg.seed)
     # The robot signature is what a model trained on the file is checked against; it is written from one place.
     attrs = {
@@ -144,6 +151,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
         "sim_substeps": env.sim_substeps,
         "trajectory_length": T, "seed": cfg.seed, "generator_settings": asdict(cfg),
         "random_ground_planes": random_planes,
+        "ground_plane_rule": (cfg.ground_planes or env.ground_plane_rules[0]) if random_planes else "",
         "state_names": env.state_names(), "joint_act_names": env.joint_act_names(),
     }
     buffers = {name: torch.empty(T, n, *shape, device=env.torch_device) for name, shape in field_shapes.items()}
@@ -160,7 +168,8 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
                 if random_planes:
                     contacts = env.get_contacts()
                     normals, points = env.sample_ground_planes(
-                        contacts["contact_points_0"], contacts["contact_thicknesses"], generator
+                        contacts["contact_points_0"], contacts["contact_thicknesses"], env.get_root_body_q()[:, :3],
+                        generator, cfg.ground_planes,
                     )
                     env.set_ground_planes(normals, points)
                 for t in range(T):

@@ -118,6 +118,9 @@ class Environment:
     pd_gain_boxes: ClassVar[tuple[str, ...]] = ()
     """Names of the data-generation gain boxes :meth:`randomize_controller` accepts, the default first (empty for
     robots whose data bypasses a controller)."""
+    ground_plane_rules: ClassVar[tuple[str, ...]] = ()
+    """Robots whose data is generated on a random ground plane per trajectory (the pendulum): the names of the rules
+    their ``sample_ground_planes`` accepts, the default first (empty: no random planes)."""
     passive_metrics: ClassVar[dict[str, tuple[str, tuple[int, ...]]]] = {}
     """Passive-motion metrics (spec §9): name -> (kind, joint_q indices). Kinds: ``"abs"`` mean |dq| over the
     indices (wrapped for continuous joints), ``"position"`` base position distance, ``"orientation"`` base

@@ -50,6 +50,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="data-generation PD gain box of robots whose data goes through a PD law: Anymal "
                              "'release' (default: Kp ~ U[30, 200], Kd ~ U[0, 1]) or 'damped' (ours: Kp ~ U[30, 100], "
                              "Kd ~ U[1, 3], stable on the physical robot; docs/anymal.md)")
+    parser.add_argument("--ground-planes", default=None,
+                        help="random ground planes of the pendulum's data: 'release' (default: offset uniform "
+                             "between 3.5 m below the pivot and the lowest contact point, as the release) or "
+                             "'near' (ours: within 1 m below the lowest contact point, twice the contact steps)")
     parser.add_argument("--compression", default="lzf", choices=["lzf", "gzip", "none"],
                         help="HDF5 compression")
     add_common_args(parser)
@@ -70,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
         env_name=args.env_name, num_transitions=num_transitions, trajectory_length=args.trajectory_length,
         num_envs=args.num_envs, seed=seed, passive=args.passive, contact_config=args.contact_config,
         solver=args.solver, mass_matrix_refresh=args.mass_matrix_refresh, robot_variant=args.robot_variant,
-        control_mode=args.control_mode, pd_gains=args.pd_gains,
+        control_mode=args.control_mode, pd_gains=args.pd_gains, ground_planes=args.ground_planes,
         compression=None if args.compression == "none" else args.compression,
     )
     summary = generate_dataset(cfg, path, device=device_for_rank(resolve_device(args.device), rank),

@@ -7,6 +7,7 @@ import torch
 
 from nerd.datasets.hdf5 import TRAJECTORY_FIELDS, DatasetError, load_trajectories, read_attrs
 from nerd.envs import make_env
+from nerd.errors import UserError
 from nerd.generation import GenerationConfig, _finite_trajectories, generate_dataset
 
 
@@ -19,6 +20,17 @@ def pendulum_dataset(tmp_path_factory):
     return path, summary
 
 
+def test_ground_plane_rules_are_checked_when_generating(tmp_path):
+    """--ground-planes names one of the pendulum's rules; robots without random planes have none."""
+    with pytest.raises(UserError, match="PendulumWithContact has the rules release, near"):
+        generate_dataset(GenerationConfig("PendulumWithContact", 10, trajectory_length=5, num_envs=2,
+                                          ground_planes="far"), tmp_path / "p.hdf5", progress=False)
+    with pytest.raises(UserError, match="Cartpole's data has no random ground planes"):
+        generate_dataset(GenerationConfig("Cartpole", 10, trajectory_length=5, num_envs=2, ground_planes="near"),
+                         tmp_path / "c.hdf5", progress=False)
+    assert not list(tmp_path.iterdir())
+
+
 def test_file_layout_and_attributes(pendulum_dataset):
     """Fields are trajectory-major (num_traj, T, ...) with the documented widths and attributes."""
     path, summary = pendulum_dataset
@@ -27,6 +39,7 @@ def test_file_layout_and_attributes(pendulum_dataset):
     assert attrs["num_transitions"] == 60 and attrs["contact_count"] == 4 and attrs["seed"] == 7
     assert attrs["env_name"] == "PendulumWithContact" and attrs["newton_version"] == "1.8.0"
     assert attrs["generator_settings"]["num_envs"] == 3
+    assert attrs["random_ground_planes"] and attrs["ground_plane_rule"] == "release"  # the release's rule by default
     data = load_trajectories(path)
     expected = {
         "states": (5, 12, 4), "next_states": (5, 12, 4), "joint_acts": (5, 12, 2),
