@@ -213,9 +213,36 @@ def _unpickling_reason(err: Exception) -> str:
     return first_line(err)
 
 
-def load_policy(cfg: RLConfig, checkpoint: str | Path, env_info: dict, device: str = "cpu"
-                ) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The deterministic policy of an rl-games checkpoint: observations (N, obs_dim) -> actions (N, A) in [-1, 1].
+class Policy:
+    """The deterministic policy of an rl-games player: observations (N, obs_dim) -> actions (N, A) in [-1, 1].
+
+    A recurrent network (the Franka configs' LSTM) carries one hidden state per env from call to call, as in
+    training; :meth:`reset` zeroes it when new episodes start. Without that, rl-games' player hands the network no
+    state and a recurrent policy would act from a fresh zero state at every step.
+    """
+
+    def __init__(self, player) -> None:
+        self._player = player
+
+    @property
+    def recurrent(self) -> bool:
+        """Whether the network keeps a hidden state."""
+        return bool(self._player.is_rnn)
+
+    def reset(self) -> None:
+        """Start new episodes in every env: the hidden states are zeroed (sized at the next call)."""
+        self._player.states = None
+
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+        player = self._player
+        if player.is_rnn and (player.states is None or player.states[0].shape[1] != obs.shape[0]):
+            player.batch_size = obs.shape[0]
+            player.init_rnn()
+        return player.get_action(obs.to(player.device), is_deterministic=True)
+
+
+def load_policy(cfg: RLConfig, checkpoint: str | Path, env_info: dict, device: str = "cpu") -> Policy:
+    """The deterministic policy of an rl-games checkpoint (:class:`Policy`).
 
     The network is rebuilt from ``cfg.params`` (it must match the one that was trained).
     """
@@ -239,11 +266,7 @@ def load_policy(cfg: RLConfig, checkpoint: str | Path, env_info: dict, device: s
         raise UserError(f"{checkpoint} does not match the network of the RL config "
                          f"({first_line(err)})") from err
     player.has_batch_dimension = True
-
-    def act(obs: torch.Tensor) -> torch.Tensor:
-        return player.get_action(obs.to(player.device), is_deterministic=True)
-
-    return act
+    return Policy(player)
 
 
 @torch.no_grad()
@@ -274,6 +297,8 @@ def evaluate_policy(vec_env: NeRDVecEnv, act: Callable[[torch.Tensor], torch.Ten
     while len(returns) < num_games:
         take = min(n, num_games - len(returns))
         obs = vec_env.reset()
+        if isinstance(act, Policy):
+            act.reset()  # every env starts an episode
         ret = torch.zeros(n, dtype=torch.float64, device=vec_env.device)
         length = torch.zeros(n, dtype=torch.long, device=vec_env.device)
         terms: dict[str, torch.Tensor] = {}
@@ -343,14 +368,15 @@ def show_policy(cfg: RLConfig, checkpoint: str | Path, device: str = "cpu", seed
     for mode in modes:
         cfg.env.env_mode = mode
         vec_envs.append(make_vec_env(cfg.env, device, seed))
-    act = load_policy(cfg, checkpoint, vec_envs[0].get_env_info(), device)
+    # One policy per copy: a recurrent one keeps each copy's hidden state apart.
+    acts = [load_policy(cfg, checkpoint, vec_envs[0].get_env_info(), device) for _ in vec_envs]
     observations = [vec_env.reset() for vec_env in vec_envs]
     rewards = [0.0] * len(vec_envs)
     running = [True] * len(vec_envs)
 
     def advance() -> list[torch.Tensor]:
         for i, vec_env in enumerate(vec_envs):
-            observations[i], reward, done, _ = vec_env.step(act(observations[i]))
+            observations[i], reward, done, _ = vec_env.step(acts[i](observations[i]))
             if running[i]:
                 rewards[i] += float(reward[0])
                 running[i] = not bool(done[0])

@@ -15,9 +15,10 @@ from nerd.envs import make_env
 from nerd.features import signature_of_env
 from nerd.models.nerd_model import NeRDModel
 from nerd.rl.batch_eval import PolicyEvalConfig
-from nerd.rl.config import RL_GAMES_CONFIG_KEYS, load_rl_config, resolve_params
+from nerd.rl.config import RL_GAMES_CONFIG_KEYS, load_rl_config, resolve_params, with_num_envs
 from nerd.rl.runner import evaluate_policy, format_playback
 from nerd.rl.tasks import task_class
+from nerd.rl.vec_env import make_vec_env
 from tests.nerd.test_integrator import TINY
 from tests.scripts.test_entry_points import REPO, error_lines, run_script
 
@@ -266,3 +267,32 @@ def test_rl_games_multi_gpu_switch_puts_each_rank_on_its_gpu_with_its_own_env_se
     config = resolve_params(cfg, "cuda", seed=3)["config"]
     assert config["multi_gpu"] is True and config["device"] == "cuda:1"
     assert config["env_config"]["device"] == "cuda:1" and config["env_config"]["seed"] == 6
+
+
+def test_a_recurrent_policy_keeps_its_state_between_steps_and_resets_it_for_new_episodes(tmp_path):
+    """The Franka configs' LSTM policy: rl-games' player alone would hand the network no state (a fresh zero
+    state every step); the policy carries one hidden state per env and zeroes it when episodes start."""
+    from rl_games.torch_runner import Runner
+
+    from nerd.rl.runner import load_policy
+
+    cfg = with_num_envs(load_rl_config(REPO / "cfg/rl/Franka/reach_torque_cpu.yaml", ["env.env_mode=ground-truth"]),
+                        4)
+    vec_env = make_vec_env(cfg.env)
+    env_info = vec_env.get_env_info()
+    params = resolve_params(cfg, "cpu", seed=0)
+    params["config"]["env_info"] = env_info
+    runner = Runner()
+    runner.load({"params": params})
+    torch.save({"model": runner.create_player().model.state_dict()}, tmp_path / "lstm.pth")
+
+    act = load_policy(cfg, tmp_path / "lstm.pth", env_info)
+    assert act.recurrent
+    obs = torch.randn(4, env_info["observation_space"].shape[0], generator=torch.Generator().manual_seed(0))
+    first = act(obs)
+    assert not torch.allclose(act(obs), first)  # the same observation after one step: another state
+    act.reset()
+    torch.testing.assert_close(act(obs), first, rtol=0, atol=0)
+    torch.testing.assert_close(act(obs[:2]), first[:2], rtol=0, atol=1e-6)  # a new batch size starts from zero
+    result = evaluate_policy(vec_env, act, num_games=4, seed=0)
+    assert result["num_games"] == 4 and result["mean_length"] == 128
