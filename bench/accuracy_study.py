@@ -2,8 +2,9 @@
 
 Each variant is the base training config plus ``--cfg-overrides``-style entries, listed in a study YAML
 (``cfg/study/*.yaml``). A variant trains into ``<outdir>/<name>`` under ``time_budget_minutes`` of CPU time with
-one torch thread, then its ``best.pt`` is evaluated under the release's passive protocol (data-sampler initial
-states, zero actions) at every reported horizon. Every finished variant leaves ``<outdir>/<name>/study.json``;
+one torch thread, then its ``best.pt`` is evaluated from the data sampler's initial states
+(``initial_states="data"``, the project's protocol when the study ran; the release's own is the task reset), zero
+actions, at every reported horizon. Every finished variant leaves ``<outdir>/<name>/study.json``;
 ``--table`` (re)writes the Markdown table of all finished variants, so variants can run in separate processes
 (one per core) and be tabulated at the end.
 
@@ -41,7 +42,7 @@ class StudyConfig:
     budget_minutes: float
     """CPU-time budget of every variant's training (``time_budget_minutes``)."""
     eval_rollouts: int = 512
-    """Passive rollouts per variant (release protocol: data-sampler initial states)."""
+    """Passive rollouts per variant (data-sampler initial states)."""
     eval_horizon: int = 1000
     """Rollout length; horizons 100, 500 below it are reported too."""
     variants: dict[str, list[str]] = field(default_factory=dict)
@@ -69,7 +70,8 @@ def run_variant(study: StudyConfig, name: str, root: Path, outdir: Path, threads
     summary = train(cfg, logdir, seed=seed, progress=False)
     start = time.perf_counter()
     results = evaluate_passive(cfg.env_name, summary["best_checkpoint"], NEURAL, study.eval_rollouts,
-                               study.eval_rollouts, study.eval_horizon, seed=500, progress=False)
+                               study.eval_rollouts, study.eval_horizon, seed=500, progress=False,
+                               initial_states="data")
     params = summary["parameters"]
     windows_per_s = summary["windows_seen"] / max(summary["step_seconds"], 1e-9)
     # ~6 FLOPs per parameter per token for forward + backward (attention's own FLOPs are small at 10 tokens).

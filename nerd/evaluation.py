@@ -6,9 +6,13 @@ measured per step and averaged over **all steps (1..h) and all trajectories**, p
 (``passive_metrics``), for H and for every standard horizon h < H (:data:`REPORT_HORIZONS`), plus per-coordinate
 errors and the error of every metric at every step.
 
-The initial states follow the release's protocol by default: the robot's data-generation sampler (spec §8 ranges,
-``sample_initial_states``). ``initial_states="task"`` draws them from the robot's task reset
-(``sample_reset_states``, the distribution its RL tasks start from) instead.
+The initial states follow the release's protocol by default: the robot's own random reset (``initial_states="task"``,
+``sample_reset_states``, the distribution its RL tasks start from). The release's ``eval_passive_motion.py`` calls
+``evaluate_action_mode(trajectory_source="sampler", passive=True)``, whose ``TrajectorySampler.
+sample_trajectories_action_mode`` starts every trajectory from ``env.reset()`` (the env's random reset kernel), not
+from the data-generation ranges. ``initial_states="data"`` draws from the robot's data-generation sampler (spec §8
+ranges, ``sample_initial_states``) instead: a far wider distribution (Cartpole x ±3.5 m and rates ±10 against ±1 m
+and ±1), which this project used as its default before stop 19.
 """
 
 from __future__ import annotations
@@ -31,9 +35,9 @@ from nerd.neural_environment import NeuralEnvironment
 from nerd.resources import check_memory
 from nerd.run_dir import write_text_atomic
 
-INITIAL_STATES = ("data", "task")
-"""Initial-state distributions of a passive evaluation: ``"data"`` the data-generation sampler (the release's protocol),
-``"task"`` the robot's task reset."""
+INITIAL_STATES = ("task", "data")
+"""Initial-state distributions of a passive evaluation, the default first: ``"task"`` the robot's random reset (the
+release's protocol), ``"data"`` the data-generation sampler."""
 
 EXAMPLE_TRAJECTORIES = 3
 """Trajectories of the first batch kept (both simulators) for the PNG's NeRD-vs-ground-truth panels."""
@@ -101,14 +105,14 @@ def rollout(nenv: NeuralEnvironment, initial_states: torch.Tensor, horizon: int,
 
 def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_envs: int, num_rollouts: int,
                      horizon: int, seed: int, contact_config: int | None = None, device: str = "cpu",
-                     progress: bool = True, initial_states: str = "data",
+                     progress: bool = True, initial_states: str = INITIAL_STATES[0],
                      mass_matrix_refresh: str | None = None, robot_variant: str | None = None,
                      control_mode: str | None = None, compile_model: bool = False,
                      evaluated_robot_variant: str | None = None) -> dict[str, Any]:
     """Passive-motion errors of ``env_mode`` against the ground truth over ``num_rollouts`` trajectories.
 
     Args:
-        initial_states: One of :data:`INITIAL_STATES`: ``"data"`` (the release's protocol) or ``"task"``.
+        initial_states: One of :data:`INITIAL_STATES`: ``"task"`` (the release's protocol) or ``"data"``.
         mass_matrix_refresh: The ground truth's Featherstone mass-matrix refresh; None for the robot's default.
         robot_variant: The ground truth's variant (``Environment.robot_variants``: Anymal ``"physical"`` or
             ``"release"``, CubeToss ``"sim"`` or ``"real"``); None for the robot's default.

@@ -35,6 +35,7 @@ ACTION_SCALE = 1500.0  # [N·m] per unit action
 INIT_Q_RANGE = (math.pi, math.pi)
 INIT_QD_RANGE = (2.0 * math.pi, 4.0 * math.pi)
 TORQUE_NOISE_SCALE = (1500.0, 1500.0)
+RESET_QD_RANGE = 2.0  # [rad/s] the env's random reset (reset_init_state_pendulum): both rates in +-2
 RANDOM_PLANE_MAX_DEPTH = 3.5  # [m] 'release' planes lie at most this far below the root (the links reach 3.1 m)
 NEAR_PLANE_MAX_GAP = 1.0  # [m] 'near' planes lie at most this far below the initial lowest contact point
 GROUND_PLANE_RULES = ("release", "near")
@@ -63,7 +64,8 @@ class PendulumWithContact(Environment):
     continuous_q_indices = (0, 1)
     anchor_body = 0
     ground_plane_rules = GROUND_PLANE_RULES
-    passive_metrics = {"base_orientation_error": ("abs", (0,)), "joint_position_error": ("abs", (0, 1))}
+    # The release's eval_passive_motion.py: base_orientation_idx = [0], joint_idx = [1].
+    passive_metrics = {"base_orientation_error": ("abs", (0,)), "joint_position_error": ("abs", (1,))}
 
     def build_robot(self, builder: newton.ModelBuilder) -> None:
         """Add two capsule links joined by revolute joints about +y."""
@@ -106,6 +108,19 @@ class PendulumWithContact(Environment):
         """Angles in [-pi, pi], rates in [-2 pi, 2 pi] (joint 0) and [-4 pi, 4 pi] (joint 1)."""
         high = (*INIT_Q_RANGE, *INIT_QD_RANGE)
         return uniform([-h for h in high], high, n, generator).to(self.torch_device)
+
+    def sample_reset_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """The release env's random reset (``reset_init_state_pendulum``), which its passive evaluation starts from:
+        q0 uniform in [-pi, pi], the second link's absolute angle q0 + q1 uniform over the half turn that points it
+        upwards (wrapped into [-pi, pi]), both rates in [-2, 2] rad/s. The release's links turn upwards for
+        positive angles (a +z hinge in its Y-up world), ours downwards (+y hinge, Z-up), so its angles are ours
+        negated."""
+        u = torch.rand(n, 4, generator=generator)
+        q0 = math.pi * (2.0 * u[:, 0] - 1.0)
+        q1 = -q0 + math.pi * u[:, 1]  # the release's q0 + q1 in [0, pi]
+        q1 = torch.where(q1 > math.pi, q1 - 2.0 * math.pi, q1)
+        qd = RESET_QD_RANGE * (2.0 * u[:, 2:] - 1.0)
+        return -torch.cat([q0[:, None], q1[:, None], qd], dim=1).to(self.torch_device)
 
     def sample_random_torques(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """Torques uniform in [-1500, 1500] N·m on both joints."""

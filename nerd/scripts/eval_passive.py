@@ -42,9 +42,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rollout-horizon", type=int, default=100, help="steps per trajectory")
     parser.add_argument("--contact-config", type=int, nargs="+", default=None,
                         help="pendulum ground configuration(s) 0-6; several give one table over them")
-    parser.add_argument("--initial-states", choices=INITIAL_STATES, default="data",
-                        help="'data': the data-generation sampler, the release's protocol (default); "
-                             "'task': the robot's task reset distribution")
+    parser.add_argument("--initial-states", choices=INITIAL_STATES, default=INITIAL_STATES[0],
+                        help="'task': the robot's random reset, which the release's passive evaluation starts from "
+                             "(default); 'data': the data-generation sampler's much wider ranges")
     add_mass_matrix_refresh_arg(parser)
     add_robot_variant_arg(parser)
     add_control_mode_arg(parser)

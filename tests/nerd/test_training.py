@@ -261,7 +261,7 @@ def test_one_evaluation_reports_every_standard_horizon(pendulum_run):
     root, _, _ = pendulum_run
     results = evaluate_passive("PendulumWithContact", str(root / "logs/nn/best.pt"), "neural", 4, 4, 120, seed=500,
                                contact_config=1, progress=False)
-    assert list(results["metrics_by_horizon"]) == ["100", "120"] and results["initial_states"] == "data"
+    assert list(results["metrics_by_horizon"]) == ["100", "120"] and results["initial_states"] == "task"
     curve = torch.tensor(results["error_vs_step"]["joint_position_error"], dtype=torch.float64)
     assert results["metrics_by_horizon"]["100"]["joint_position_error"] == pytest.approx(curve[:100].mean().item())
     assert results["metrics_by_horizon"]["120"] == results["metrics"]
@@ -318,7 +318,7 @@ def test_evaluation_std_is_the_spread_of_per_rollout_means(pendulum_run):
     generator = torch.Generator().manual_seed(500)
     means = []
     for keep in (4, 2):
-        initial = env.sample_initial_states(4, generator)
+        initial = env.sample_reset_states(4, generator)  # the default protocol's states
         gt, pred = rollout(nenv, initial, 12, "ground-truth"), rollout(nenv, initial, 12, "neural")
         means.append(state_errors(gt[1:, :keep], pred[1:, :keep], env)["joint_position_error"].double().mean(0))
     means = torch.cat(means)

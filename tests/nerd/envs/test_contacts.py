@@ -48,6 +48,21 @@ def test_tilted_ground_config_depth_is_signed_distance():
     torch.testing.assert_close(c["contact_points_1"][0], expected_ground, atol=1e-5, rtol=0)
 
 
+def test_pendulum_reset_is_the_releases_upward_second_link():
+    """The release's random reset (what its passive evaluation starts from): the second link points upwards, the
+    first anywhere, both rates within +-2 rad/s; so nothing starts below z = 0.5 m (the first link hanging down)
+    and every draw is clear of the default ground (config 1, z = 0)."""
+    env = make_env("PendulumWithContact", 4000, contact_config=1)
+    states = env.sample_reset_states(4000, torch.Generator().manual_seed(0))
+    assert states[:, :2].abs().max() <= math.pi + 1e-6 and states[:, 2:].abs().max() <= 2.0
+    assert states[:, 0].min() < -3.0 and states[:, 0].max() > 3.0 and states[:, 2:].abs().max() > 1.9
+    env.set_states(states)
+    c = env.get_contacts()
+    tip_rise = c["contact_points_0"][:, 3, 2] - c["contact_points_0"][:, 2, 2]  # second link: end minus start
+    assert (tip_rise >= -1e-5).all() and tip_rise.max() > 1.49
+    assert (c["contact_depths"] - c["contact_thicknesses"]).min() >= 0.4 - 1e-5
+
+
 @pytest.mark.parametrize("rule", pendulum.GROUND_PLANE_RULES)
 def test_random_ground_planes_start_out_of_contact_within_their_range(rule):
     """Every data-generation plane lies below all contact points of the initial state (radius included); 'release'
