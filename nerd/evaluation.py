@@ -30,14 +30,10 @@ from tqdm import tqdm
 from nerd.envs import make_env
 from nerd.errors import UserError
 from nerd.frames import quat_angle, quat_inverse, quat_mul, wrap_angle
-from nerd.modes import GROUND_TRUTH, NEURAL
+from nerd.modes import GROUND_TRUTH, INITIAL_STATES, NEURAL
 from nerd.neural_environment import NeuralEnvironment
 from nerd.resources import check_memory
 from nerd.run_dir import write_text_atomic
-
-INITIAL_STATES = ("task", "data")
-"""Initial-state distributions of a passive evaluation, the default first: ``"task"`` the robot's random reset (the
-release's protocol), ``"data"`` the data-generation sampler."""
 
 EXAMPLE_TRAJECTORIES = 3
 """Trajectories of the first batch kept (both simulators) for the PNG's NeRD-vs-ground-truth panels."""

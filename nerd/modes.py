@@ -1,4 +1,5 @@
-"""The two simulators every rollout can run in: the one spelling of the mode names (no engine imports).
+"""The two simulators every rollout can run in, and the initial states a passive evaluation starts from: the one
+spelling of these names (no engine imports).
 
 ``"ground-truth"`` steps the analytical Newton solver, ``"neural"`` the learned :class:`~nerd.integrator.NeRDIntegrator`
 (see :class:`~nerd.neural_environment.NeuralEnvironment`). Configs, command-line choices and result tables use these
@@ -15,4 +16,10 @@ ENV_MODES: tuple[str, ...] = get_args(EnvMode)
 """Every mode name, neural first."""
 NEURAL, GROUND_TRUTH = ENV_MODES
 
-__all__ = ["ENV_MODES", "GROUND_TRUTH", "NEURAL", "EnvMode"]
+InitialStates = Literal["task", "data"]
+"""Type of an initial-state distribution name of a passive evaluation (see :mod:`nerd.evaluation`)."""
+INITIAL_STATES: tuple[str, ...] = get_args(InitialStates)
+"""Initial-state distributions of a passive evaluation, the default first: ``"task"`` the robot's random reset (the
+release's protocol), ``"data"`` the data-generation sampler."""
+
+__all__ = ["ENV_MODES", "GROUND_TRUTH", "INITIAL_STATES", "NEURAL", "EnvMode", "InitialStates"]

@@ -27,7 +27,7 @@ from nerd.distributed import Rank, current_rank, replica_checksums
 from nerd.errors import RolloutDivergedError, UserError, first_line
 from nerd.models import ModelConfig
 from nerd.models.nerd_model import NeRDModel
-from nerd.modes import NEURAL
+from nerd.modes import INITIAL_STATES, NEURAL, InitialStates
 from nerd.representation import compute_target, states_to_anchor_frame
 from nerd.run_dir import check_run_dir, new_run_dir, write_run_record, write_text_atomic
 
@@ -61,6 +61,9 @@ class RolloutEvalConfig:
     """Steps per trajectory."""
     seed: int = 500
     """Seed of the initial states."""
+    initial_states: InitialStates = INITIAL_STATES[0]
+    """Where the rollouts start (:data:`~nerd.modes.INITIAL_STATES`): ``task``, the robot's reset (the release's
+    passive protocol), or ``data``, the data sampler's wider ranges."""
 
 
 @dataclass
@@ -619,7 +622,7 @@ def _evaluate_epoch(cfg: TrainConfig, checkpoint: Path, epoch: int, device: str,
         metrics = evaluate_passive(
             cfg.env_name, str(checkpoint), NEURAL, cfg.rollout_eval.num_envs, cfg.rollout_eval.num_envs,
             cfg.rollout_eval.horizon, cfg.rollout_eval.seed, device=device, progress=False,
-            robot_variant=robot_variant or None,
+            robot_variant=robot_variant or None, initial_states=cfg.rollout_eval.initial_states,
         )["metrics"]
     except RolloutDivergedError as err:
         # An early, under-trained model's rollout may blow up; that is a measurement of this epoch, not a reason

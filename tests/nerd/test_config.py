@@ -26,6 +26,8 @@ def test_shipped_configs_load(tmp_path):
      "'model.transformer.n_embd': expected an integer"),
     ({"env_name": "Cartpole", "lr_start": True}, "'lr_start': expected a number"),
     ({"env_name": "Cartpole", "model": {"mlp": {"activation": "swish"}}}, "'model.mlp.activation': expected one of"),
+    ({"env_name": "Cartpole", "rollout_eval": {"initial_states": "reset"}},
+     "'rollout_eval.initial_states': expected one of"),
     ({"batch_size": 3}, "missing required config key 'env_name'"),
     ({"env_name": "Cartpole", "history_length": 17, "model": {"transformer": {"block_size": 16}}},
      "'history_length': 17 exceeds model.transformer.block_size 16"),
