@@ -210,7 +210,7 @@ class Environment:
         raise NotImplementedError
 
     def sample_initial_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        """Initial states (n, dof_q + dof_qd), world frame, for data generation (spec §8, the release protocol)."""
+        """Initial states (n, dof_q + dof_qd), world frame, for data generation (spec §8 ranges)."""
         raise NotImplementedError
 
     def sample_random_torques(self, n: int, generator: torch.Generator) -> torch.Tensor:
@@ -226,10 +226,12 @@ class Environment:
         :attr:`pd_gain_boxes`; None for the robot's default, the first) for the next frame."""
 
     def sample_reset_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        """The robot's task reset (RL episodes, passive evaluation from task states): (n, dof_q + dof_qd), world.
+        """The robot's random reset (RL episodes, and passive evaluation as the release's starts from its env's
+        reset): (n, dof_q + dof_qd), world.
 
         The one home of a robot's reset distribution: the RL tasks and ``--initial-states task`` both call it.
-        Defaults to the data-generation sampler; robots whose tasks reset differently override it.
+        Defaults to the data-generation sampler (CubeToss, whose release env resets that way); robots whose env
+        resets differently override it.
         """
         return self.sample_initial_states(n, generator)
 
