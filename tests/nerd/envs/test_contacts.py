@@ -63,6 +63,20 @@ def test_pendulum_reset_is_the_releases_upward_second_link():
     assert (c["contact_depths"] - c["contact_thicknesses"]).min() >= 0.4 - 1e-5
 
 
+def test_pendulum_errors_are_the_releases_first_joint_and_second_joint():
+    """The release scores the pendulum's first joint as its "base orientation" and the second as its joint error
+    (eval_passive_motion.py: base_orientation_idx [0], joint_idx [1]), each wrapped."""
+    from nerd.evaluation import state_errors
+
+    env = make_env("PendulumWithContact", 1)
+    gt = torch.tensor([[0.5, -3.1, 0.0, 0.0]])
+    pred = torch.tensor([[0.2, 3.1, 7.0, -7.0]])  # q1 differs by 0.083 rad across the wrap; rates are not scored
+    errors = state_errors(gt, pred, env)
+    assert set(errors) - {"per_dof"} == {"base_orientation_error", "joint_position_error"}
+    torch.testing.assert_close(errors["base_orientation_error"], torch.tensor([0.3]))
+    torch.testing.assert_close(errors["joint_position_error"], torch.tensor([2 * math.pi - 6.2]), atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("rule", pendulum.GROUND_PLANE_RULES)
 def test_random_ground_planes_start_out_of_contact_within_their_range(rule):
     """Every data-generation plane lies below all contact points of the initial state (radius included); 'release'
