@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ground-planes", default=None,
                         help="random ground planes of the pendulum's data: 'release' (default: offset uniform "
                              "between 3.5 m below the pivot and the lowest contact point, as the release) or "
-                             "'near' (ours: within 1 m below the lowest contact point, twice the steps in contact)")
+                             "'near' (ours until stop 19: within 1 m below the lowest contact point; it trained a less "
+                             "accurate model, docs/accuracy.md)")
     parser.add_argument("--compression", default="lzf", choices=["lzf", "gzip", "none"],
                         help="HDF5 compression")
     add_common_args(parser)
