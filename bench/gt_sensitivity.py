@@ -30,7 +30,7 @@ from nerd.cli import (
     run_main,
 )
 from nerd.envs import ENV_NAMES, make_env
-from nerd.evaluation import INITIAL_STATES, REPORT_HORIZONS, initial_state_sampler, state_errors
+from nerd.evaluation import INITIAL_STATES, REPORT_HORIZONS, initial_state_sampler, metric_units, state_errors
 from nerd.run_dir import write_text_atomic
 
 
@@ -73,7 +73,7 @@ def sensitivity(env_name: str, num_rollouts: int, horizon: int, epsilons: list[f
     return {"env_name": env_name, "num_rollouts": num_rollouts, "horizon": horizon, "seed": seed,
             "contact_config": contact_config,
             "mass_matrix_refresh": env.mass_matrix_refresh, "contact_friction": env.contact_friction,
-            "metric_units": {name: "m" if "position" in name else "rad" for name in env.passive_metrics},
+            "metric_units": metric_units(env),
             "rows": rows}
 
 

@@ -51,6 +51,15 @@ def initial_state_sampler(env, initial_states: str):
     return env.sample_initial_states if initial_states == "data" else env.sample_reset_states
 
 
+def metric_units(env) -> dict[str, str]:
+    """Unit of each of ``env``'s passive metrics: m for positions, rad for orientations, and for joint errors the
+    unit of the first scored coordinate (m for a prismatic joint, rad for a hinge)."""
+    by_kind = {"position": "m", "orientation": "rad", "end_effector": "m"}
+    names = env.state_names()
+    return {name: by_kind.get(kind) or names[indices[0]].partition("[")[2].rstrip("]")
+            for name, (kind, indices) in env.passive_metrics.items()}
+
+
 def state_errors(gt: torch.Tensor, pred: torch.Tensor, env) -> dict[str, torch.Tensor]:
     """Per-step errors between two rollouts.
 
@@ -193,10 +202,7 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
     per_step = {name: (value / done) for name, value in sums.items()}
     spread = {name: torch.cat(chunks, dim=1).std(dim=1, correction=0) for name, chunks in trajectory_means.items()}
     steps = batches * num_envs * horizon
-    names = env.state_names()
-    metric_units = {"position": "m", "orientation": "rad", "end_effector": "m"}
-    units = {name: metric_units.get(kind) or names[indices[0]].partition("[")[2].rstrip("]")
-             for name, (kind, indices) in env.passive_metrics.items()}
+    units = metric_units(env)
     return {
         "env_name": env_name,
         "env_mode": env_mode,

@@ -425,3 +425,14 @@ def test_a_diverged_rollout_check_does_not_end_the_run(pendulum_run, tmp_path, m
     assert second["joint_position_error"] < float("inf")
     _, _, best = load_checkpoint(tmp_path / "d/nn/best.pt")
     assert best["epoch"] == 1
+
+
+def test_metric_units_follow_what_each_metric_scores():
+    """Joint errors take the unit of the joints they score (a "position" in the name is not a length): the Ant's
+    and Franka's joint errors are in rad, positions and end effectors in m."""
+    from nerd.evaluation import metric_units
+
+    assert metric_units(make_env("Cartpole", 1)) == {"cart_position_error": "m", "pole_angle_error": "rad"}
+    assert metric_units(make_env("Ant", 1)) == {"base_position_error": "m", "base_orientation_error": "rad",
+                                               "joint_position_error": "rad"}
+    assert metric_units(make_env("Franka", 1)) == {"joint_position_error": "rad", "end_effector_position_error": "m"}
