@@ -132,14 +132,10 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
     env = make_env(cfg.env_name, num_envs, device=device, solver=cfg.solver, contact_config=cfg.contact_config,
                    mass_matrix_refresh=cfg.mass_matrix_refresh, contact_friction=cfg.contact_friction,
                    robot_variant=cfg.robot_variant, control_mode=cfg.control_mode)
-    if cfg.pd_gains is not None and cfg.pd_gains not in env.pd_gain_boxes:
-        raise UserError(f"--pd-gains {cfg.pd_gains}: " + (
-            f"{cfg.env_name} has the gain boxes {', '.join(env.pd_gain_boxes)}" if env.pd_gain_boxes else
-            f"{cfg.env_name}'s data does not go through a PD controller (only Anymal's does)"))
-    if cfg.ground_planes is not None and cfg.ground_planes not in env.ground_plane_rules:
-        raise UserError(f"--ground-planes {cfg.ground_planes}: " + (
-            f"{cfg.env_name} has the rules {', '.join(env.ground_plane_rules)}" if env.ground_plane_rules else
-            f"{cfg.env_name}'s data has no random ground planes (only PendulumWithContact's has)"))
+    _check_robot_option("--pd-gains", cfg.pd_gains, env.pd_gain_boxes, f"{cfg.env_name} has the gain boxes",
+                        f"{cfg.env_name}'s data does not go through a PD controller (only Anymal's does)")
+    _check_robot_option("--ground-planes", cfg.ground_planes, env.ground_plane_rules, f"{cfg.env_name} has the rules",
+                        f"{cfg.env_name}'s data has no random ground planes (only PendulumWithContact's has)")
     random_planes = cfg.contact_config is None and bool(env.ground_plane_rules)
     generator = torch.Generator().manual_seed(cfg.seed)
     # The robot signature is what a model trained on the file is checked against; it is written from one place.
@@ -209,6 +205,13 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
         writer.abort()
         raise
     return GenerationSummary(str(out), kept, kept * T, dropped, seconds)
+
+
+def _check_robot_option(flag: str, value: str | None, names: tuple[str, ...], has: str, has_none: str) -> None:
+    """A robot-specific generation option (None: the robot's default) must name one of the robot's ``names``;
+    the error lists them after ``has``, or says ``has_none`` for a robot without any."""
+    if value is not None and value not in names:
+        raise UserError(f"{flag} {value}: " + (f"{has} {', '.join(names)}" if names else has_none))
 
 
 def _record_step(env, buffers: dict[str, torch.Tensor], t: int, gravity: torch.Tensor,
