@@ -15,7 +15,7 @@ from nerd.evaluation import evaluate_passive
 from nerd.features import signature_of_env
 from nerd.generation import GenerationConfig, generate_dataset
 from nerd.neural_environment import NeuralEnvironment
-from nerd.training import TrainConfig, get_lr, train
+from nerd.training import RolloutEvalConfig, TrainConfig, get_lr, train
 
 TINY_MODEL = {"type": "transformer",
               "transformer": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "head_hidden": [16]}}
@@ -247,6 +247,16 @@ def test_neural_evaluation_reports_errors(pendulum_run):
     results = evaluate_passive("PendulumWithContact", str(root / "logs/nn/best.pt"), "neural", 4, 4, 10, seed=500,
                                contact_config=2, progress=False)
     assert 0.0 < results["metrics"]["joint_position_error"] < 10.0
+
+
+def test_rollout_check_never_starts_where_the_evaluation_does():
+    """Choosing best.pt on the per-epoch rollout check must not peek at the test: with the evaluation's seed (500)
+    the Cartpole's check would start exactly where a 2048-rollout evaluation's first rollouts start."""
+    env = make_env("Cartpole", 4)
+    check = env.sample_reset_states(64, torch.Generator().manual_seed(RolloutEvalConfig().seed))
+    test = env.sample_reset_states(2048, torch.Generator().manual_seed(500))
+    assert torch.equal(env.sample_reset_states(64, torch.Generator().manual_seed(500)), test[:64])
+    assert not (check[:, None, :] == test[None, :, :]).all(dim=-1).any()
 
 
 def test_learning_rate_decays_linearly():
