@@ -2,7 +2,7 @@
 
 One env-step = one frame of one env, including what an RL step does besides physics: the task's reward,
 termination and observation, and the resets of finished envs (``NeRDVecEnv.step``). Robots without an RL task
-(PendulumWithContact) are timed on ``NeuralEnvironment.step_with_joint_act`` with random torques instead.
+(PendulumWithContact, CubeToss) are timed on ``NeuralEnvironment.step_with_joint_act`` with random torques instead.
 Policy inference is excluded (actions are random and drawn beforehand). Ground truth is Featherstone with the
 captured frame graph and no NeRD model attached.
 
@@ -19,7 +19,7 @@ env-steps/s / floor. Each rate is the best of ``--repeats`` samples (median also
 Writes ``bench/results/rl.json`` (``rl_quick.json`` with ``--quick``) and prints a Markdown table.
 
 Example:
-    python bench/bench_rl.py            # Cartpole, PendulumWithContact, Ant at N = 64, 512, 2048
+    python bench/bench_rl.py            # every robot at N = 64, 512, 2048
     python bench/bench_rl.py --quick    # small sizes and tiny models, about a minute
     python bench/bench_rl.py --robots Anymal --output bench/results/rl_anymal.json   # one robot
 """
@@ -48,8 +48,8 @@ from nerd.run_dir import write_text_atomic
 from nerd.training import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
-ROBOTS = ("Cartpole", "PendulumWithContact", "Ant", "Anymal")
-TASKS = {"Cartpole": "swingup", "Ant": "run", "Anymal": "forward_walk"}
+ROBOTS = ("Cartpole", "PendulumWithContact", "Ant", "Anymal", "Franka", "CubeToss")
+TASKS = {"Cartpole": "swingup", "Ant": "run", "Anymal": "forward_walk", "Franka": "reach"}
 """The RL task timed per robot; a robot without one is timed on passive stepping with random torques."""
 SHIPPED = {name: path for name in ROBOTS
            if (path := REPO / "pretrained_models" / "NeRD_models" / name / "model.pt").is_file()}
@@ -156,10 +156,12 @@ def main() -> None:
                "rows": []}
     for robot in args.robots:
         for n in counts:
-            row = {"robot": robot, "task": TASKS.get(robot, "passive (random torques)"), "num_envs": n}
             steppers = {}
             for mode in (GROUND_TRUTH, NEURAL):
                 steppers[mode], desc = build_stepper(robot, n, mode, args.quick, device)
+            # The cube has no actuators: its passive stepping has no torques to draw.
+            passive = "passive (random torques)" if getattr(steppers[NEURAL], "action_dim", 1) else "passive"
+            row = {"robot": robot, "task": TASKS.get(robot, passive), "num_envs": n}
             row["neural_model"], row["flops_per_env_step"] = desc, flops_per_env_step(steppers[NEURAL])
             rates = row_rates(steppers, seconds, args.repeats, device)
             row["matmul_flops_per_s"] = rates.pop("matmul")
