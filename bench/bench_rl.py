@@ -2,7 +2,8 @@
 
 One env-step = one frame of one env, including what an RL step does besides physics: the task's reward,
 termination and observation, and the resets of finished envs (``NeRDVecEnv.step``). Robots without an RL task
-(PendulumWithContact, CubeToss) are timed on ``NeuralEnvironment.step_with_joint_act`` with random torques instead.
+(PendulumWithContact, CubeToss) are timed on ``NeuralEnvironment.step_with_joint_act`` with random torques instead
+(the cube has no actuators, so none).
 Policy inference is excluded (actions are random and drawn beforehand). Ground truth is Featherstone with the
 captured frame graph and no NeRD model attached.
 
