@@ -141,7 +141,8 @@ class PendulumWithContact(Environment):
           plane.
         * ``"near"`` (ours, before stop 19): uniform within 1 m below the lowest contact point; about twice the
           contact steps (16 %), yet a model trained on it was 6-25 % less accurate on every fixed configuration
-          at the same budget (docs/accuracy.md); kept to reproduce the shipped pendulum model's data.
+          at the same budget (docs/accuracy.md); kept to reproduce the data of the stop-17 model, the
+          starting point of the shipped pendulum model.
 
         The release draws the normal uniformly in the cube [-1, 1]^3 before normalising it, which slightly favours
         diagonal normals; the spec's uniform sphere is kept.
