@@ -27,6 +27,11 @@ from nerd.errors import RolloutDivergedError, UserError
 from nerd.features import signature_of_env
 from nerd.resources import check_disk, check_memory
 
+TORQUE_SCALES = ("full", "log-uniform")
+"""Torque-scale rules of :class:`GenerationConfig` (the release's first)."""
+LOG_UNIFORM_DECADES = 2.0
+"""``"log-uniform"`` draws each trajectory's torque factor as 10^U[-LOG_UNIFORM_DECADES, 0]."""
+
 DIVERGED_THRESHOLD = 1.0e5
 """A trajectory with any state coordinate beyond this magnitude is treated as diverged and dropped."""
 
@@ -67,6 +72,10 @@ class GenerationConfig:
     ground_planes: str | None = None
     """How robots with random ground planes (the pendulum) draw them: ``"release"`` (the default) or our
     ``"near"``; None for the robot's default."""
+    torque_scale: str = "full"
+    """How white-noise torques are scaled: ``"full"`` (the release: uniform over the robot's whole torque box) or
+    our ``"log-uniform"`` (each trajectory's box is shrunk by its own factor 10^U[-2, 0], so that the data also
+    covers the small torques and slow motion that a task's controller produces; see :data:`TORQUE_SCALES`)."""
     compression: str | None = "lzf"
     """HDF5 compression filter: ``"lzf"`` (about half the size, a few % slower), ``"gzip"`` or None."""
 
@@ -77,6 +86,10 @@ class GenerationConfig:
             raise UserError(f"--trajectory-length must be positive, got {self.trajectory_length}")
         if self.num_envs < 1:
             raise UserError(f"--num-envs must be positive, got {self.num_envs}")
+        if self.torque_scale not in TORQUE_SCALES:
+            raise UserError(f"--torque-scale must be one of {', '.join(TORQUE_SCALES)}, got {self.torque_scale!r}")
+        if self.torque_scale != "full" and self.passive:
+            raise UserError("--torque-scale scales random torques; --passive has none")
         if self.compression not in ("lzf", "gzip", None):
             raise UserError(f"--compression must be lzf, gzip or none, got {self.compression!r}")
 
@@ -136,6 +149,9 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
                         f"{cfg.env_name}'s data does not go through a PD controller (only Anymal's does)")
     _check_robot_option("--ground-planes", cfg.ground_planes, env.ground_plane_rules, f"{cfg.env_name} has the rules",
                         f"{cfg.env_name}'s data has no random ground planes (only PendulumWithContact's has)")
+    if cfg.torque_scale != "full" and env.random_control == "actions":
+        raise UserError(f"--torque-scale {cfg.torque_scale}: {cfg.env_name}'s data goes through its controller "
+                        "(random actions), not random torques")
     random_planes = cfg.contact_config is None and bool(env.ground_plane_rules)
     generator = torch.Generator().manual_seed(cfg.seed)
     # The robot signature is what a model trained on the file is checked against; it is written from one place.
@@ -146,7 +162,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
         "contact_friction": env.contact_friction, "frame_dt": env.frame_dt,
         "sim_substeps": env.sim_substeps,
         "trajectory_length": T, "seed": cfg.seed, "generator_settings": asdict(cfg),
-        "random_ground_planes": random_planes,
+        "random_ground_planes": random_planes, "torque_scale": "" if cfg.passive else cfg.torque_scale,
         "ground_plane_rule": (cfg.ground_planes or env.ground_plane_rules[0]) if random_planes else "",
         "state_names": env.state_names(), "joint_act_names": env.joint_act_names(),
     }
@@ -168,6 +184,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
                         generator, cfg.ground_planes,
                     )
                     env.set_ground_planes(normals, points)
+                scale = _torque_factors(cfg.torque_scale, n, generator).to(env.torch_device)
                 for t in range(T):
                     _record_step(env, buffers, t, gravity, None if t == 0 else buffers["next_states"][t - 1])
                     if env.random_control == "actions":
@@ -185,7 +202,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
                         buffers["actions"][t] = actions
                     else:
                         torques = (torch.zeros(n, env.act_dim, device=env.torch_device) if cfg.passive
-                                   else env.sample_random_torques(n, generator))
+                                   else env.sample_random_torques(n, generator) * scale)
                         env.step_with_joint_act(torques)
                     buffers["joint_acts"][t] = torques
                     buffers["next_states"][t] = env.get_states()
@@ -205,6 +222,14 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
         writer.abort()
         raise
     return GenerationSummary(str(out), kept, kept * T, dropped, seconds)
+
+
+def _torque_factors(rule: str, n: int, generator: torch.Generator) -> torch.Tensor:
+    """(n, 1) factors on the torque box, one per trajectory (ones for the release's ``"full"``; no draw then, so
+    that its data stays what the same seed gave before the option existed)."""
+    if rule == "full":
+        return torch.ones(n, 1)
+    return 10.0 ** (LOG_UNIFORM_DECADES * (torch.rand(n, 1, generator=generator) - 1.0))
 
 
 def _check_robot_option(flag: str, value: str | None, names: tuple[str, ...], has: str, has_none: str) -> None:

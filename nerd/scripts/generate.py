@@ -25,7 +25,7 @@ from nerd.cli import (
 )
 from nerd.distributed import device_for_rank, rank_from_env
 from nerd.envs import ENV_NAMES, env_class
-from nerd.generation import GenerationConfig, generate_dataset
+from nerd.generation import TORQUE_SCALES, GenerationConfig, generate_dataset
 
 SHARD_SEED_STRIDE = 1_000_003
 """Under torchrun rank r generates with seed ``--seed + r * SHARD_SEED_STRIDE`` (distinct streams per part)."""
@@ -55,6 +55,10 @@ def main(argv: list[str] | None = None) -> None:
                              "between 3.5 m below the pivot and the lowest contact point, as the release) or "
                              "'near' (ours until stop 19: within 1 m below the lowest contact point; it trained a less "
                              "accurate model, docs/accuracy.md)")
+    parser.add_argument("--torque-scale", default="full", choices=list(TORQUE_SCALES),
+                        help="white-noise torques over the robot's whole box ('full', the release) or over a box "
+                             "shrunk per trajectory by 10^U[-2, 0] ('log-uniform', ours: covers the small torques of a "
+                             "task's controller; docs/results.md, Franka)")
     parser.add_argument("--compression", default="lzf", choices=["lzf", "gzip", "none"],
                         help="HDF5 compression")
     add_common_args(parser)
@@ -76,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
         num_envs=args.num_envs, seed=seed, passive=args.passive, contact_config=args.contact_config,
         solver=args.solver, mass_matrix_refresh=args.mass_matrix_refresh, robot_variant=args.robot_variant,
         control_mode=args.control_mode, pd_gains=args.pd_gains, ground_planes=args.ground_planes,
-        compression=None if args.compression == "none" else args.compression,
+        torque_scale=args.torque_scale, compression=None if args.compression == "none" else args.compression,
     )
     summary = generate_dataset(cfg, path, device=device_for_rank(resolve_device(args.device), rank),
                                progress=rank.is_main)

@@ -31,6 +31,33 @@ def test_ground_plane_rules_are_checked_when_generating(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_log_uniform_torque_scale_shrinks_each_trajectorys_box(tmp_path):
+    """--torque-scale log-uniform draws one factor in [0.01, 1] per trajectory: every torque of a trajectory stays
+    inside its shrunk box, the factors differ between trajectories (about half below 0.1), the rule is recorded, and
+    robots whose data goes through a controller refuse it."""
+    from nerd.envs.franka import TORQUE_NOISE_SCALE
+
+    cfg = GenerationConfig("Franka", 64 * 20, trajectory_length=20, num_envs=64, seed=5, torque_scale="log-uniform")
+    path = generate_dataset(cfg, tmp_path / "f.hdf5", progress=False).path
+    assert read_attrs(path)["torque_scale"] == "log-uniform"
+    relative = np.abs(load_trajectories(path, fields=("joint_acts",))["joint_acts"]) / np.asarray(TORQUE_NOISE_SCALE)
+    peak = relative.max(axis=(1, 2))  # ≈ each trajectory's factor: 140 uniform draws nearly fill the box
+    assert peak.max() <= 1.0 and peak.min() >= 0.0099 * 0.8
+    assert 0.25 < (peak < 0.1).mean() < 0.75 and (peak > 0.5).any()
+    full = GenerationConfig("Franka", 64 * 20, trajectory_length=20, num_envs=64, seed=5)
+    peak_full = (np.abs(load_trajectories(generate_dataset(full, tmp_path / "g.hdf5", progress=False).path,
+                                          fields=("joint_acts",))["joint_acts"]) / np.asarray(TORQUE_NOISE_SCALE))
+    assert peak_full.max(axis=(1, 2)).min() > 0.9
+    with pytest.raises(UserError, match="goes through its controller"):
+        generate_dataset(GenerationConfig("Anymal", 10, trajectory_length=5, num_envs=2, torque_scale="log-uniform"),
+                         tmp_path / "a.hdf5", progress=False)
+    with pytest.raises(UserError, match="--torque-scale must be one of full, log-uniform"):
+        GenerationConfig("Franka", 10, torque_scale="half")
+    with pytest.raises(UserError, match="--passive has none"):
+        GenerationConfig("Franka", 10, passive=True, torque_scale="log-uniform")
+    assert not (tmp_path / "a.hdf5").exists()
+
+
 def test_file_layout_and_attributes(pendulum_dataset):
     """Fields are trajectory-major (num_traj, T, ...) with the documented widths and attributes."""
     path, summary = pendulum_dataset
