@@ -29,7 +29,6 @@ import torch
 from nerd.cli import resolve_device, run_main
 from nerd.config import load_config
 from nerd.datasets.windows import TrajectoryWindows
-from nerd.generation import GenerationConfig, generate_dataset
 from nerd.models.nerd_model import NeRDModel
 from nerd.perf import count_flops, time_alternating
 from nerd.run_dir import write_text_atomic
@@ -39,11 +38,13 @@ REPO = Path(__file__).resolve().parents[1]
 MICRO = 128
 """Also timed: the step in micro-batches of this many windows (``micro_batch_size``)."""
 MATMUL_SIZE = 1024
-"""Side of the square float32 matmul whose rate the step is compared with."""
+"""Default side of the square float32 matmul whose rate the step is compared with (a GPU needs a larger one,
+``--matmul-size 8192``, to reach its rate)."""
 CONFIGS = ("cfg/train/Cartpole/cpu.yaml", "cfg/train/PendulumWithContact/cpu.yaml")
 
 
-def bench_config(cfg: TrainConfig, data: TrajectoryWindows, device: str, repeats: int, min_seconds: float) -> dict:
+def bench_config(cfg: TrainConfig, data: TrajectoryWindows, device: str, repeats: int, min_seconds: float,
+                 matmul_size: int = MATMUL_SIZE) -> dict:
     """Seconds per optimiser step with and without data loading, and the step's FLOPs."""
     torch.manual_seed(0)
     model = NeRDModel(data.signature.input_groups, data.signature.target_dim, cfg.model).to(device).train()
@@ -63,8 +64,8 @@ def bench_config(cfg: TrainConfig, data: TrajectoryWindows, device: str, repeats
         step(data.get_batch(torch.randint(len(data), (cfg.batch_size,), generator=generator)))
 
     flops = count_flops(lambda: step(fixed))
-    a, b = (torch.randn(MATMUL_SIZE, MATMUL_SIZE, generator=generator).to(device) for _ in range(2))
-    product = torch.empty(MATMUL_SIZE, MATMUL_SIZE, device=device)
+    a, b = (torch.randn(matmul_size, matmul_size, generator=generator).to(device) for _ in range(2))
+    product = torch.empty(matmul_size, matmul_size, device=device)
     # Samples in alternation (a change of load on a shared machine hits all of them alike).
     times = time_alternating({
         "without_loading_s": lambda: step(fixed), "with_loading_s": loaded_step,
@@ -72,7 +73,7 @@ def bench_config(cfg: TrainConfig, data: TrajectoryWindows, device: str, repeats
         f"without_loading_micro_{MICRO}_s": lambda: step(fixed, MICRO),
         "matmul_s": lambda: torch.mm(a, b, out=product)}, repeats, min_seconds, device)
     mm = times.pop("matmul_s")
-    rate = {"best": 2.0 * MATMUL_SIZE**3 / mm["best"], "median": 2.0 * MATMUL_SIZE**3 / mm["median"]}
+    rate = {"best": 2.0 * matmul_size**3 / mm["best"], "median": 2.0 * matmul_size**3 / mm["median"]}
     return {"flops_per_step": flops, "params": sum(p.numel() for p in model.parameters()),
             "matmul_flops_per_s": rate, **times}
 
@@ -85,6 +86,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--min-seconds", type=float, default=1.0)
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=None,
+                        help="time each config at these batch sizes (default: the config's own)")
+    parser.add_argument("--matmul-size", type=int, default=MATMUL_SIZE,
+                        help=f"side of the reference float32 matmul (default {MATMUL_SIZE}; 8192 on a GPU)")
     parser.add_argument("--output", default=None, help="results JSON (default: bench/results/train.json)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -95,16 +100,21 @@ def main() -> None:
             cfg = load_config(cfg_path, TrainConfig)
             path = args.dataset
             if path is None:
+                from nerd.generation import GenerationConfig, generate_dataset  # Newton only when generating
+
                 path = Path(tmp) / f"{cfg.env_name}.hdf5"
                 generate_dataset(GenerationConfig(cfg.env_name, 20_000, trajectory_length=100, num_envs=200),
                                  path, progress=False)
             data = TrajectoryWindows(path, cfg.history_length, device)
-            row = {"cfg": cfg_path, "batch_size": cfg.batch_size, "history_length": cfg.history_length,
-                   **bench_config(cfg, data, device, args.repeats, args.min_seconds)}
-            rows.append(row)
-            print(f"{cfg_path}: {cfg.batch_size / row['with_loading_s']['best']:,.0f} windows/s with loading, "
-                  f"{cfg.batch_size / row['without_loading_s']['best']:,.0f} without", flush=True)
-    results = {"device": device, "torch_threads": torch.get_num_threads(),
+            for batch_size in args.batch_sizes or [cfg.batch_size]:
+                cfg.batch_size = batch_size
+                row = {"cfg": cfg_path, "batch_size": cfg.batch_size, "history_length": cfg.history_length,
+                       **bench_config(cfg, data, device, args.repeats, args.min_seconds, args.matmul_size)}
+                rows.append(row)
+                print(f"{cfg_path}, batch {batch_size}: {batch_size / row['with_loading_s']['best']:,.0f} windows/s "
+                      f"with loading, {batch_size / row['without_loading_s']['best']:,.0f} without", flush=True)
+    results = {"device": device, "device_name": torch.cuda.get_device_name(device) if device.startswith("cuda") else "",
+               "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
                "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores", "rows": rows}
     print(f"\nTraining step on {results['machine']} ({device}, {results['torch_threads']} torch thread(s)); best of "
           f"{args.repeats} samples, alternating with the matmul rate's\n")

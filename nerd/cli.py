@@ -144,9 +144,11 @@ def run_main(main: Callable[[], None]) -> None:
     """
     import os
 
-    import warp
-
-    if os.environ.get("NERD_VERBOSE_WARP", "0") != "1":
+    try:
+        import warp
+    except ImportError:  # training and the models need torch alone (a GPU machine without Warp, say)
+        warp = None
+    if warp is not None and os.environ.get("NERD_VERBOSE_WARP", "0") != "1":
         warp.config.log_level = warp.LOG_WARNING
     # SIGTERM (kill, a scheduler's time-out) unwinds like Ctrl-C, so partial outputs are cleaned up the same way.
     signal.signal(signal.SIGTERM, _raise_terminated)

@@ -102,6 +102,10 @@ class TrainConfig:
     epochs; the learning rate then decays over the budget instead of over the steps. For comparing recipes at
     equal compute; a run with a budget is not bit-reproducible. A resumed run continues the budget its epochs
     spent (recorded in ``nn/last.pt``). None trains for ``num_epochs``."""
+    time_budget_clock: Literal["process", "wall"] = "process"
+    """What ``time_budget_minutes`` counts: ``"process"`` this process's CPU time (the default, steady on a shared
+    CPU), or ``"wall"`` wall-clock seconds of the same work, the one that means something on a GPU, where the CPU
+    time is the host's waiting and launching, not the device's work."""
     input_noise: float = 0.0
     """Std of Gaussian noise added to the state inputs of every history step during training, as a fraction of
     each coordinate's data std (0 = off). The targets are corrected by the same noise, so the model learns to
@@ -509,7 +513,8 @@ def _train_epoch(model: NeRDModel, loss_fn, optimizer: torch.optim.Optimizer, cf
     generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
     batches = train_data.iterate(cfg.batch_size, generator, steps_per_epoch, shard=(run.rank.rank, world))
     bar = tqdm(batches, total=steps_per_epoch, desc=f"epoch {epoch}", disable=not progress)
-    tick = time.process_time()
+    clock = time.perf_counter if cfg.time_budget_clock == "wall" else time.process_time
+    tick = clock()
     for inputs, target in bar:
         if cfg.input_noise > 0:
             inputs, target = add_state_noise(inputs, target, noise_columns, noise_std, generator)
@@ -528,14 +533,15 @@ def _train_epoch(model: NeRDModel, loss_fn, optimizer: torch.optim.Optimizer, cf
         if world > 1:  # every rank decides on the same (mean) loss, so a divergence stops all of them
             dist.all_reduce(reported)
             reported /= world
-        if not torch.isfinite(reported):  # before the optimiser step: the weights stay as they were
-            raise RolloutDivergedError(f"training diverged: the loss is {reported.item()} at step {run.step} "
+        value = reported.item()  # the step's one host sync (on a GPU)
+        if not math.isfinite(value):  # before the optimiser step: the weights stay as they were
+            raise RolloutDivergedError(f"training diverged: the loss is {value} at step {run.step} "
                                        f"(epoch {epoch}); lower lr_start or check the data")
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
-        value = reported.item()
         losses.append(value)
-        elapsed, tick = time.process_time() - tick, time.process_time()
+        now = clock()
+        elapsed, tick = now - tick, now
         if world > 1 and run.budget is not None:  # one clock for all ranks: the same lr and the same last step
             shared = torch.tensor([elapsed], dtype=torch.float64, device=reported.device)
             dist.all_reduce(shared)
