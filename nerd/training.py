@@ -314,8 +314,9 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
             valid = validation_loss(model, valid_data, cfg.batch_size, cfg.valid_batches, seed + 1)
             # What --resume needs; ``history`` is the list itself, so the second save below includes this epoch.
             resume_state = {"step_seconds": run.seconds, "optimizer_steps": run.step, "history": history}
-            save_checkpoint(last_path, model, sig, config_dict, history_length=cfg.history_length, epoch=epoch,
-                            optimizer=optimizer, extra=resume_state)
+            if cfg.rollout_eval.num_envs > 0:  # the rollout check loads the epoch's model from this file
+                save_checkpoint(last_path, model, sig, config_dict, history_length=cfg.history_length, epoch=epoch,
+                                optimizer=optimizer, extra=resume_state)
             ckpt_metrics = _evaluate_epoch(cfg, last_path, epoch, device, writer, sig.robot_variant)
             writer.add_scalar("losses/valid", valid, epoch)
             writer.add_scalar("perf/windows_per_second", len(losses) * cfg.batch_size / epoch_seconds, epoch)
