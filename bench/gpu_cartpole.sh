@@ -2,7 +2,8 @@
 # One call on a lent GPU machine, from the repository root: the training step's throughput on CUDA, then two
 # Cartpole trainings side by side on the one GPU, for a wall-clock budget each:
 #   paper  the release's architecture (cfg/train/Cartpole/paper.yaml, ~2.7 M parameters) from scratch
-#   small  the shipped CPU-sized model (cfg/train/Cartpole/cpu.yaml) trained on from its weights
+#   small  the shipped CPU-sized model (cfg/train/Cartpole/cpu.yaml) trained on from its weights (in stop 22 that
+#          was stop 21's model; this run and a second one made today's, pretrained_models/NeRD_models/Cartpole/README.md)
 # Both with batches of 2048 windows, the linear skip path, the learning rate annealed to 1e-5, best.pt by the
 # validation loss: the per-epoch rollout check needs Newton, and Warp's wheel (~150 MB) is more than the device
 # machine takes, so nothing here imports Newton. Evaluate the checkpoints afterwards with eval/eval_passive_motion.py.
