@@ -98,7 +98,8 @@ class TrainConfig:
     """Per-epoch passive rollout check."""
     time_budget_minutes: float | None = None
     """Stop once batch gathering and optimiser steps (evaluation excluded) have used this much CPU time of this
-    process (summed over its threads, so other jobs on the machine do not eat into it), at most ``num_epochs``
+    process (summed over its threads, so other jobs on the machine do not eat into it; wall-clock time with
+    ``time_budget_clock: wall``), at most ``num_epochs``
     epochs; the learning rate then decays over the budget instead of over the steps. For comparing recipes at
     equal compute; a run with a budget is not bit-reproducible. A resumed run continues the budget its epochs
     spent (recorded in ``nn/last.pt``). None trains for ``num_epochs``."""
@@ -405,9 +406,9 @@ class _Progress:
     budget: float | None = None
     """``time_budget_minutes`` in seconds, or None."""
     seconds: float = 0.0
-    """CPU time of batch gathering and optimiser steps so far (this process; averaged over the ranks of a
-    distributed run, so that every rank takes the same learning rate and stops at the same step): what the
-    budget counts."""
+    """Seconds (by ``time_budget_clock``) of batch gathering and optimiser steps so far (this process; averaged over
+    the ranks of a distributed run, so that every rank takes the same learning rate and stops at the same step):
+    what the budget counts."""
     rank: Rank = field(default_factory=Rank)
     """This process's rank."""
     replica_checks: list[dict[str, Any]] = field(default_factory=list)
