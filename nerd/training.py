@@ -217,11 +217,15 @@ def validation_loss(model: NeRDModel, data: TrajectoryWindows, batch_size: int, 
     return sum(losses) / max(len(losses), 1)
 
 
-def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int = 0, *, resume: bool = False,
-          init_from: str | Path | None = None, overwrite: bool = False, progress: bool = True) -> dict[str, Any]:
+def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int | None = None, *,
+          resume: bool = False, init_from: str | Path | None = None, overwrite: bool = False,
+          progress: bool = True) -> dict[str, Any]:
     """Train a NeRD model in the run directory ``logdir``; returns a summary (best score, checkpoint paths, time).
 
     Args:
+        seed: Initial weights, batch orders and validation batches. None: 0 for a new run, the run's own for a
+            resumed one (recorded in ``nn/last.pt``); a resume with another seed is refused, since it would see
+            other batch orders than the run it continues.
         resume: Continue the run in ``logdir`` from its ``nn/last.pt`` (weights, optimiser, next epoch, best
             checkpoint so far). ``cfg`` may change the schedule (epochs, learning rate, batches) but not the
             robot, model, ``history_length`` or training file (see :func:`check_resume_config`).
@@ -236,7 +240,7 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
     if cfg.batch_size % rank.world_size:
         raise UserError(f"batch_size {cfg.batch_size} must be divisible by the number of processes "
                         f"{rank.world_size}: each rank takes an equal share of every batch")
-    torch.manual_seed(seed)  # the same on every rank: identical initial weights (DDP also broadcasts rank 0's)
+    torch.manual_seed(seed or 0)  # the same on every rank: identical initial weights (DDP also broadcasts rank 0's)
     logdir = Path(logdir)
     if not resume and rank.is_main:
         check_run_dir(logdir, RUN_DIR_ENTRIES, overwrite)  # fail fast, before the datasets are read
@@ -255,6 +259,11 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int =
         raise UserError("best_checkpoint_by: rollout needs rollout_eval.num_envs > 0; set it or use valid_loss")
     model, optimizer, start_epoch, best_score, previous = _init_or_resume(cfg, train_data, logdir, device, resume,
                                                                           init_from)
+    recorded = previous.get("seed")  # runs resumed from checkpoints written before the seed was recorded: None
+    if seed is not None and recorded is not None and seed != recorded:
+        raise UserError(f"the run in {logdir} was trained with seed {recorded}; resuming it with seed {seed} would "
+                        f"change its batch orders (leave the seed out to continue with the run's own)")
+    seed = seed if seed is not None else (recorded or 0)
 
     # Rank 0 alone writes the run directory; the other ranks only train.
     run_dir = (nullcontext(logdir) if resume or not rank.is_main
@@ -314,7 +323,8 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
                 continue
             valid = validation_loss(model, valid_data, cfg.batch_size, cfg.valid_batches, seed + 1)
             # What --resume needs; ``history`` is the list itself, so the second save below includes this epoch.
-            resume_state = {"step_seconds": run.seconds, "optimizer_steps": run.step, "history": history}
+            resume_state = {"step_seconds": run.seconds, "optimizer_steps": run.step, "history": history,
+                            "seed": seed}
             if cfg.rollout_eval.num_envs > 0:  # the rollout check loads the epoch's model from this file
                 save_checkpoint(last_path, model, sig, config_dict, history_length=cfg.history_length, epoch=epoch,
                                 optimizer=optimizer, extra=resume_state)

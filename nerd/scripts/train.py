@@ -38,7 +38,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--train-dataset", default=None, help="overrides dataset.train")
     parser.add_argument("--valid-dataset", default=None, help="overrides dataset.valid")
     add_overrides_arg(parser, "num_epochs=2 model.transformer.n_layer=4")
-    add_common_args(parser)
+    add_common_args(parser, seed_default=None)
+    parser.add_argument("--seed", type=int, default=None,
+                        help="random seed (default: 0 for a new run, the run's own with --resume)")
     args = parser.parse_args(argv)
 
     if args.checkpoint is not None:

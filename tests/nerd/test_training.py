@@ -161,6 +161,23 @@ def test_time_budget_clock(pendulum_run, tmp_path, monkeypatch, clock):
     assert (tmp_path / "run/nn/last.pt").exists() and (tmp_path / "run/nn/best.pt").exists()
 
 
+def test_resume_keeps_the_runs_seed(pendulum_run, tmp_path):
+    """A resume without a seed continues with the run's own (recorded in last.pt), so its batch orders are those of
+    the uninterrupted run; another seed is refused before anything is written."""
+    root, cfg, _ = pendulum_run
+    shutil.copytree(root / "logs", tmp_path / "run")
+    _, _, last = load_checkpoint(tmp_path / "run/nn/last.pt")
+    assert last["extra"]["seed"] == 0
+    before = (tmp_path / "run/nn/last.pt").read_bytes()
+    with pytest.raises(UserError, match="trained with seed 0; resuming it with seed 5"):
+        train(dataclasses.replace(cfg, num_epochs=3), tmp_path / "run", seed=5, resume=True, progress=False)
+    assert (tmp_path / "run/nn/last.pt").read_bytes() == before
+    summary = train(dataclasses.replace(cfg, num_epochs=3), tmp_path / "run", resume=True, progress=False)
+    assert [e["epoch"] for e in summary["epochs"]] == [0, 1, 2]
+    _, _, last = load_checkpoint(tmp_path / "run/nn/last.pt")
+    assert last["extra"]["seed"] == 0
+
+
 def test_resume_refuses_a_changed_model_history_or_training_file(pendulum_run, tmp_path):
     """Resuming with other model sizes, history_length or training file is refused, naming what changed."""
     root, cfg, _ = pendulum_run

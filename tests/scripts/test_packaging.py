@@ -53,7 +53,7 @@ EXPECTED_DEFAULTS = {
     "nerd-eval": {"--env-mode": "neural", "--num-envs": "2048", "--num-rollouts": "2048", "--rollout-horizon": "100",
                   "--seed": "500", "--video-size": "[480, 270]"},
     "nerd-rl": {"--num-games": "64", "--device": "cpu", "--seed": "0"},
-    "nerd-train": {"--device": "cpu", "--seed": "0"},
+    "nerd-train": {"--device": "cpu", "--seed": "0 for a new run, the run's own with --resume"},
     "nerd-batch-eval": {"--device": "cpu"},
     "nerd-visualize": {},
 }
