@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--torque-scale", default="full", choices=list(TORQUE_SCALES),
                         help="white-noise torques over the robot's whole box ('full', the release) or over a box "
                              "shrunk per trajectory by 10^U[-2, 0] ('log-uniform', ours: covers the small torques of a "
-                             "task's controller; Cartpole at 20 CPU-min: 1.1-2.5x lower passive error, 4x higher "
+                             "task's controller; Cartpole at 20 CPU-min: 1.0-2.5x lower passive error, 4x higher "
                              "one-step error on full-box data; docs/accuracy.md)")
     parser.add_argument("--compression", default="lzf", choices=["lzf", "gzip", "none"],
                         help="HDF5 compression")
