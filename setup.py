@@ -39,6 +39,7 @@ console_scripts = [
     "nerd-generate=nerd.scripts.generate:cli",
     "nerd-visualize=nerd.scripts.visualize:cli",
     "nerd-train=nerd.scripts.train:cli",
+    "nerd-average=nerd.scripts.average:cli",
     "nerd-eval=nerd.scripts.eval_passive:cli",
     "nerd-rl=nerd.scripts.rl:cli",
     "nerd-batch-eval=nerd.scripts.batch_eval:cli",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import pickle
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,3 +96,45 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu"
     except (KeyError, TypeError, ConfigError, RuntimeError) as err:
         raise UserError(f"{path}: damaged nerd checkpoint ({first_line(err)})") from err
     return model.to(device), signature, payload
+
+
+def average_checkpoints(paths: Sequence[str | Path], device: str | torch.device = "cpu"
+                        ) -> tuple[NeRDModel, RobotSignature, dict[str, Any]]:
+    """The element-wise mean of the weights of several checkpoints of one model (weight averaging).
+
+    Averaging points of one training trajectory (say a low-rate tail's first and last checkpoints) can land
+    lower in the loss than either; it is only meaningful between fine-tunes of one model, so every input must
+    share the robot signature, the model config, the history length and, exactly, the normalisation
+    statistics. Returns what :func:`load_checkpoint` does, for the averaged model; the payload (of the first
+    input, without its optimiser state) records the inputs under ``extra["averaged_from"]``.
+
+    Raises:
+        UserError: Fewer than two inputs, or inputs that are not fine-tunes of one model.
+    """
+    if len(paths) < 2:
+        raise UserError(f"averaging needs at least two checkpoints, got {len(paths)}")
+    model, signature, payload = load_checkpoint(paths[0], device)
+    learned = {name for name, _ in model.named_parameters()}
+    first = payload["model_state"]
+    total = {name: first[name].double() for name in learned}
+    for path in paths[1:]:
+        other_model, other_signature, other = load_checkpoint(path, device)
+        if other_signature != signature:
+            raise UserError(f"{path} is for another robot or state layout than {paths[0]}; cannot average them")
+        if other["model_config"] != payload["model_config"] or other["history_length"] != payload["history_length"]:
+            raise UserError(f"{path} has another model config or history length than {paths[0]}; "
+                            f"cannot average them")
+        for name, value in other["model_state"].items():
+            if name in learned:
+                total[name] += value.double()
+            elif not torch.equal(value, first[name]):
+                raise UserError(f"{path} has other normalisation statistics ({name}) than {paths[0]}: only "
+                                f"fine-tunes of one model (trained with --init-from) can be averaged")
+        del other_model
+    state = dict(first)
+    for name in learned:
+        state[name] = (total[name] / len(paths)).to(first[name].dtype)
+    model.load_state_dict(state)
+    payload = dict(payload, model_state=model.state_dict(), optimizer_state=None,
+                   extra={"averaged_from": [str(p) for p in paths]})
+    return model, signature, payload

@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from nerd.checkpoint import load_checkpoint, save_checkpoint
+from nerd.checkpoint import average_checkpoints, load_checkpoint, save_checkpoint
 from nerd.config import ConfigError, from_dict
 from nerd.envs import make_env
 from nerd.errors import UserError
@@ -16,6 +16,7 @@ from nerd.evaluation import evaluate_passive
 from nerd.features import signature_of_env
 from nerd.generation import GenerationConfig, generate_dataset
 from nerd.neural_environment import NeuralEnvironment
+from nerd.scripts.average import main as average_main
 from nerd.training import RolloutEvalConfig, TrainConfig, get_lr, train
 
 TINY_MODEL = {"type": "transformer",
@@ -223,6 +224,48 @@ def test_init_from_starts_a_new_run_and_never_replaces_one(pendulum_run, tmp_pat
     assert [e["epoch"] for e in summary["epochs"]] == [0]
     # Fine-tuning starts from the trained weights: its first epoch beats an untrained model's validation loss (~1).
     assert summary["epochs"][0]["valid_loss"] < 0.8
+
+
+def test_averaged_checkpoint_is_the_mean_of_its_inputs(pendulum_run, tmp_path, capsys):
+    """nerd-average writes the element-wise mean of the weights, keeps the shared normalisation, and prints the
+    validation loss of every input and of the average on the same windows."""
+    root, cfg, _ = pendulum_run
+    model, sig, payload = load_checkpoint(root / "logs/nn/last.pt")
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    other = save_checkpoint(tmp_path / "other.pt", model, sig, payload["config"],
+                            history_length=payload["history_length"])
+    first, _, _ = load_checkpoint(root / "logs/nn/last.pt")
+    average_main([str(root / "logs/nn/last.pt"), str(other), "--output", str(tmp_path / "avg.pt"),
+                  "--valid-dataset", cfg.dataset.valid, "--valid-batches", "2", "--batch-size", "64"])
+    averaged, _, saved = load_checkpoint(tmp_path / "avg.pt")
+    mean = {n: (a + b) / 2 for (n, a), b in zip(first.named_parameters(), model.parameters())}
+    for name, value in averaged.named_parameters():
+        torch.testing.assert_close(value, mean[name], rtol=0, atol=1e-7)
+    torch.testing.assert_close(averaged.target_norm.mean, first.target_norm.mean, rtol=0, atol=0)
+    assert saved["extra"]["averaged_from"] == [str(root / "logs/nn/last.pt"), str(other)]
+    out = capsys.readouterr().out
+    assert out.count("validation loss") == 4 and "the average's validation loss is" in out
+    assert set(saved["extra"]["valid_loss"]) == {"dataset", str(root / "logs/nn/last.pt"), str(other), "average"}
+    with pytest.raises(FileExistsError, match="pass --overwrite"):
+        average_main([str(root / "logs/nn/last.pt"), str(other), "--output", str(tmp_path / "avg.pt")])
+
+
+def test_only_fine_tunes_of_one_model_are_averaged(pendulum_run, tmp_path):
+    """Checkpoints with other normalisation statistics or another model config, or a single input, are refused."""
+    root, _, _ = pendulum_run
+    model, sig, payload = load_checkpoint(root / "logs/nn/last.pt")
+    model.target_norm.mean.add_(1.0)
+    renormalised = save_checkpoint(tmp_path / "renormalised.pt", model, sig, payload["config"],
+                                   history_length=payload["history_length"])
+    with pytest.raises(UserError, match="other normalisation statistics"):
+        average_checkpoints([root / "logs/nn/last.pt", renormalised])
+    with pytest.raises(UserError, match="another model config or history length"):
+        average_checkpoints([root / "logs/nn/last.pt", save_checkpoint(
+            tmp_path / "h5.pt", model, sig, payload["config"], history_length=5)])
+    with pytest.raises(UserError, match="at least two checkpoints"):
+        average_checkpoints([root / "logs/nn/last.pt"])
 
 
 def test_overwrite_keeps_the_old_run_until_the_new_one_has_started(pendulum_run, tmp_path, monkeypatch):
