@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
+from torch.optim.swa_utils import AveragedModel
 import yaml
 from tqdm import tqdm
 
@@ -123,6 +124,13 @@ class TrainConfig:
     gradients are accumulated before the one optimiser step: the same gradient up to float rounding, faster on a
     CPU where a micro-batch's activations stay in cache (our option; 128 windows made the Cartpole CPU config's
     step ~1.2x faster, docs/results.md). None: the whole batch at once (the release's way)."""
+    average_weights_from: float | None = None
+    """Weight averaging (our option; stochastic weight averaging, Izmailov et al. 2018): once this fraction of the
+    run is done (of its time budget, or of its optimiser steps without one), keep an equal-weight mean of the
+    weights at every epoch's end (``torch.optim.swa_utils.AveragedModel``). With 0, a run started from a
+    checkpoint (``--init-from``) also counts the weights it starts from. Each epoch the mean is validated (and
+    rollout-checked) beside the weights, written to ``nn/averaged.pt`` and competes for ``nn/best.pt``.
+    None: off."""
     best_checkpoint_by: Literal["rollout", "valid_loss"] = "rollout"
     """What ``nn/best.pt`` minimises: ``"rollout"`` the sum of the per-epoch rollout's error metrics (what a NeRD
     model is for; the one-step loss can fall while the rollout error grows), or ``"valid_loss"`` the one-step
@@ -142,6 +150,7 @@ class TrainConfig:
         check_range("lr_start", self.lr_start, low=0, low_open=True)
         check_range("lr_end", self.lr_end, low=0)
         check_range("input_noise", self.input_noise, low=0)
+        check_range("average_weights_from", self.average_weights_from, low=0, high=1)
         check_range("time_budget_minutes", self.time_budget_minutes, low=0, low_open=True)
         check_range("rollout_eval.num_envs", self.rollout_eval.num_envs, low=0)
         check_range("rollout_eval.horizon", self.rollout_eval.horizon, low=1)
@@ -268,15 +277,20 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int |
     # Rank 0 alone writes the run directory; the other ranks only train.
     run_dir = (nullcontext(logdir) if resume or not rank.is_main
                else new_run_dir(logdir, RUN_DIR_ENTRIES, overwrite, "nn/*.pt"))
+    averaged = _weight_average(cfg, model, previous, init_from) if rank.is_main else None
     with run_dir:
         return _train_loop(cfg, logdir, model, optimizer, start_epoch, best_score, train_data, valid_data, device,
-                           seed, progress, previous)
+                           seed, progress, previous, averaged)
 
 
 def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: torch.optim.Optimizer, start_epoch: int,
                 best_score: float, train_data: TrajectoryWindows, valid_data: TrajectoryWindows, device: str,
-                seed: int, progress: bool, previous: dict[str, Any] | None = None) -> dict[str, Any]:
+                seed: int, progress: bool, previous: dict[str, Any] | None = None,
+                averaged: AveragedModel | None = None) -> dict[str, Any]:
     """The epochs of :func:`train`, once every input is validated, in the prepared run directory.
+
+    ``averaged`` (rank 0 only, ``average_weights_from``) takes the weights at each epoch's end once the run is far
+    enough along; it is validated, rollout-checked and saved as ``nn/averaged.pt``, and competes for ``best.pt``.
 
     Under torchrun every rank runs this loop on its own shard of each batch, with gradients averaged by
     DistributedDataParallel; rank 0 alone validates, evaluates and writes (the others return an empty summary).
@@ -295,6 +309,7 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
     batches = len(range(0, len(train_data), cfg.batch_size))
     steps_per_epoch = min(batches, cfg.batches_per_epoch or batches)
     best_path, last_path = logdir / "nn" / "best.pt", logdir / "nn" / "last.pt"
+    averaged_path = logdir / "nn" / "averaged.pt"
     noise_columns = noisy_state_columns(sig.layout)
     noise_std = (cfg.input_noise * model.input_norms["states"].var.sqrt().float().cpu())[noise_columns]
     previous = previous or {}
@@ -334,6 +349,26 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
             record = {"epoch": epoch, "windows_seen": run.step * cfg.batch_size, "step_seconds": run.seconds,
                       "train_loss": sum(losses) / max(len(losses), 1), "valid_loss": valid,
                       "epoch_seconds": epoch_seconds, **ckpt_metrics}
+            score = valid if cfg.best_checkpoint_by == "valid_loss" else sum(ckpt_metrics.values())
+            candidates = [(score, model, valid, ckpt_metrics, "trained")]
+            if averaged is not None:
+                fraction = run.seconds / run.budget if run.budget else run.step / (steps_per_epoch * cfg.num_epochs)
+                if fraction >= cfg.average_weights_from:
+                    averaged.update_parameters(model)
+                resume_state["averaged"] = averaged.state_dict()
+            if averaged is not None and int(averaged.n_averaged) > 0:
+                mean = averaged.module
+                mean_valid = validation_loss(mean, valid_data, cfg.batch_size, cfg.valid_batches, seed + 1)
+                save_checkpoint(averaged_path, mean, sig, config_dict, history_length=cfg.history_length,
+                                epoch=epoch, extra={"valid_loss": mean_valid,
+                                                    "weights_averaged": int(averaged.n_averaged)})
+                mean_metrics = _evaluate_epoch(cfg, averaged_path, epoch, device, writer, sig.robot_variant,
+                                               tag="eval_averaged")
+                writer.add_scalar("losses/valid_averaged", mean_valid, epoch)
+                record.update({"averaged_valid_loss": mean_valid,
+                               **{f"averaged_{name}": value for name, value in mean_metrics.items()}})
+                mean_score = mean_valid if cfg.best_checkpoint_by == "valid_loss" else sum(mean_metrics.values())
+                candidates.append((mean_score, mean, mean_valid, mean_metrics, "averaged"))
             history.append(record)
             # Again, now with this epoch's record: a resumed run then keeps its whole curve.
             save_checkpoint(last_path, model, sig, config_dict, history_length=cfg.history_length, epoch=epoch,
@@ -341,11 +376,11 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
             write_training_curve(logdir, history)
             print(" ".join(f"{k} {v:.5g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()),
                   flush=True)
-            score = valid if cfg.best_checkpoint_by == "valid_loss" else sum(ckpt_metrics.values())
+            score, chosen, chosen_valid, chosen_metrics, weights = min(candidates, key=lambda c: c[0])
             if score < best_score:
                 best_score = score
-                save_checkpoint(best_path, model, sig, config_dict, history_length=cfg.history_length, epoch=epoch,
-                                extra={"valid_loss": valid, **ckpt_metrics,
+                save_checkpoint(best_path, chosen, sig, config_dict, history_length=cfg.history_length, epoch=epoch,
+                                extra={"valid_loss": chosen_valid, **chosen_metrics, "weights": weights,
                                        "best_checkpoint_by": cfg.best_checkpoint_by, "best_score": score})
     if not rank.is_main:
         return {}
@@ -357,6 +392,7 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
                "best_checkpoint_by": cfg.best_checkpoint_by, "best_score": best_score,
                "best_valid_loss": min((r["valid_loss"] for r in history), default=float("nan")),
                "best_checkpoint": str(best_path), "last_checkpoint": str(last_path),
+               "averaged_checkpoint": str(averaged_path) if averaged is not None else None,
                "train_seconds": time.perf_counter() - started, "epochs": history,
                "train_windows": len(train_data), "parameters": sum(p.numel() for p in model.parameters())}
     write_text_atomic(logdir / "summary.yaml", yaml.safe_dump(summary, sort_keys=False))
@@ -402,7 +438,7 @@ def write_training_curve(logdir: str | Path, history: list[dict[str, Any]]) -> N
 
 
 _CURVE_BOOKKEEPING = frozenset({"epoch", "windows_seen", "step_seconds", "train_loss", "epoch_seconds",
-                                ROLLOUT_DIVERGED})
+                                ROLLOUT_DIVERGED, f"averaged_{ROLLOUT_DIVERGED}"})
 """Per-epoch record keys that are not plotted by :func:`write_training_curve` (the x axis, timing, the divergence
 flag)."""
 
@@ -469,6 +505,21 @@ def _init_or_resume(cfg: TrainConfig, train_data: TrajectoryWindows, logdir: Pat
     if optimizer_state is not None:
         optimizer.load_state_dict(optimizer_state)
     return model, optimizer, start_epoch, best_score, previous
+
+
+def _weight_average(cfg: TrainConfig, model: NeRDModel, previous: dict[str, Any], init_from: str | Path | None
+                    ) -> AveragedModel | None:
+    """The running mean of ``average_weights_from`` (None when off): a resumed run's own, else a new one, which a
+    fine-tune averaging from 0 starts with the weights it starts from."""
+    if cfg.average_weights_from is None:
+        return None
+    # A copy of the model, normalisation buffers included (fixed during training, so they are not averaged).
+    averaged = AveragedModel(model)
+    if previous.get("averaged") is not None:
+        averaged.load_state_dict(previous["averaged"])
+    elif init_from is not None and cfg.average_weights_from == 0:
+        averaged.update_parameters(model)
+    return averaged
 
 
 def check_resume_config(cfg: TrainConfig, model_cfg: ModelConfig, payload: dict[str, Any]) -> None:
@@ -629,10 +680,10 @@ class _NoWriter:
         pass
 
 
-def _evaluate_epoch(cfg: TrainConfig, checkpoint: Path, epoch: int, device: str, writer, robot_variant: str = ""
-                    ) -> dict[str, float]:
+def _evaluate_epoch(cfg: TrainConfig, checkpoint: Path, epoch: int, device: str, writer, robot_variant: str = "",
+                    tag: str = "eval") -> dict[str, float]:
     """The end-of-epoch passive rollout of ``checkpoint`` against the ground truth (empty when switched off), in
-    the robot variant the data came from."""
+    the robot variant the data came from; TensorBoard scalars go under ``tag``."""
     if cfg.rollout_eval.num_envs <= 0:
         return {}
     from nerd.evaluation import evaluate_passive
@@ -648,10 +699,10 @@ def _evaluate_epoch(cfg: TrainConfig, checkpoint: Path, epoch: int, device: str,
         # to lose the run. An infinite score keeps the epoch out of best.pt.
         print(f"epoch {epoch}: the rollout check diverged ({first_line(err)}); this epoch cannot be best.pt",
               flush=True)
-        writer.add_scalar("eval/rollout_diverged", 1.0, epoch)
+        writer.add_scalar(f"{tag}/rollout_diverged", 1.0, epoch)
         return {ROLLOUT_DIVERGED: float("inf")}
     for name, value in metrics.items():
-        writer.add_scalar(f"eval/{name}", value, epoch)
+        writer.add_scalar(f"{tag}/{name}", value, epoch)
     return metrics
 
 

@@ -252,6 +252,45 @@ def test_averaged_checkpoint_is_the_mean_of_its_inputs(pendulum_run, tmp_path, c
         average_main([str(root / "logs/nn/last.pt"), str(other), "--output", str(tmp_path / "avg.pt")])
 
 
+def _assert_mean(averaged, *models):
+    for name, value in averaged.named_parameters():
+        mean = sum(dict(m.named_parameters())[name] for m in models) / len(models)
+        torch.testing.assert_close(value, mean, rtol=0, atol=1e-6)
+
+
+def test_weight_averaging_keeps_the_mean_of_epoch_ends(pendulum_run, tmp_path):
+    """average_weights_from 0 in a fine-tune: nn/averaged.pt is the mean of the starting weights and every epoch's
+    end, a resumed run continues that mean, and best.pt is whichever of the two is better by the criterion."""
+    root, cfg, _ = pendulum_run
+    start = root / "logs/nn/last.pt"
+    cfg = dataclasses.replace(cfg, num_epochs=1, average_weights_from=0.0, best_checkpoint_by="valid_loss")
+    summary = train(cfg, tmp_path / "run", seed=0, init_from=start, progress=False)
+    first_end = load_checkpoint(tmp_path / "run/nn/last.pt")[0]
+    _assert_mean(load_checkpoint(tmp_path / "run/nn/averaged.pt")[0], load_checkpoint(start)[0], first_end)
+    record = summary["epochs"][0]
+    assert {"averaged_valid_loss", "averaged_joint_position_error"} <= set(record)
+    best = load_checkpoint(tmp_path / "run/nn/best.pt")[2]["extra"]
+    assert best["valid_loss"] == min(record["valid_loss"], record["averaged_valid_loss"])
+    assert best["weights"] == ("averaged" if record["averaged_valid_loss"] < record["valid_loss"] else "trained")
+    train(dataclasses.replace(cfg, num_epochs=2), tmp_path / "run", resume=True, progress=False)
+    _assert_mean(load_checkpoint(tmp_path / "run/nn/averaged.pt")[0], load_checkpoint(start)[0], first_end,
+                 load_checkpoint(tmp_path / "run/nn/last.pt")[0])
+
+
+def test_weight_averaging_starts_at_its_fraction_of_the_run(pendulum_run, tmp_path):
+    """From 0.75 of a 2-epoch run only the second epoch's end is averaged (a new run never counts its random
+    start): the first epoch has no average, and the average after the second is its weights."""
+    root, cfg, _ = pendulum_run
+    cfg = dataclasses.replace(cfg, average_weights_from=0.75, rollout_eval=RolloutEvalConfig(num_envs=0),
+                              best_checkpoint_by="valid_loss")
+    summary = train(cfg, tmp_path / "run", seed=0, progress=False)
+    assert "averaged_valid_loss" not in summary["epochs"][0]
+    assert summary["epochs"][1]["averaged_valid_loss"] == pytest.approx(summary["epochs"][1]["valid_loss"])
+    _assert_mean(load_checkpoint(tmp_path / "run/nn/averaged.pt")[0], load_checkpoint(tmp_path / "run/nn/last.pt")[0])
+    with pytest.raises(ConfigError, match="average_weights_from"):
+        from_dict(TrainConfig, {"env_name": "Cartpole", "average_weights_from": 1.5})
+
+
 def test_only_fine_tunes_of_one_model_are_averaged(pendulum_run, tmp_path):
     """Checkpoints with other normalisation statistics or another model config, or a single input, are refused."""
     root, _, _ = pendulum_run
