@@ -9,10 +9,9 @@ windows for all), so the average can be kept only where it is lower than every i
 docs/accuracy.md, which looks at no rollout.
 
 Examples:
-    # a low-rate tail from the shipped pendulum model, then its two ends averaged
-    python train/average_checkpoints.py pretrained_models/NeRD_models/PendulumWithContact/model.pt \
-        runs/Pendulum_tail/nn/best.pt --output runs/Pendulum_tail/nn/averaged.pt \
-        --valid-dataset data/PendulumWithContact_release/valid.hdf5
+    # a low-rate tail from a trained model (train.py --init-from runs/Cartpole_cpu/nn/best.pt ...), then its ends
+    python train/average_checkpoints.py runs/Cartpole_cpu/nn/best.pt runs/Cartpole_tail/nn/best.pt \
+        --output runs/Cartpole_tail/nn/averaged.pt --valid-dataset data/Cartpole/valid.hdf5
 """
 
 from nerd.checkpoint import average_checkpoints, load_checkpoint, save_checkpoint
@@ -28,7 +27,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="HDF5 dataset (file or directory) on which to compare the validation losses")
     parser.add_argument("--valid-batches", type=int, default=50, help="validation batches (the same for all)")
     parser.add_argument("--batch-size", type=int, default=2048, help="windows per validation batch")
-    add_common_args(parser)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the validation batches")
+    add_common_args(parser, seed_default=None)
     args = parser.parse_args(argv)
     device = resolve_device(args.device)
     output = check_output(args.output, args.overwrite)

@@ -13,6 +13,7 @@ CONSOLE_SCRIPTS = {
     "nerd-generate": "generate/generate_dataset.py",
     "nerd-visualize": "generate/visualize_dataset.py",
     "nerd-train": "train/train.py",
+    "nerd-average": "train/average_checkpoints.py",
     "nerd-eval": "eval/eval_passive_motion.py",
     "nerd-rl": "eval/run_rl.py",
     "nerd-batch-eval": "eval/batch_eval_policy.py",
@@ -55,6 +56,7 @@ EXPECTED_DEFAULTS = {
     "nerd-rl": {"--num-games": "64", "--device": "cpu", "--seed": "0"},
     "nerd-train": {"--device": "cpu", "--seed": "0 for a new run, the run's own with --resume"},
     "nerd-batch-eval": {"--device": "cpu"},
+    "nerd-average": {"--valid-batches": "50", "--batch-size": "2048", "--seed": "0", "--device": "cpu"},
     "nerd-visualize": {},
 }
 
