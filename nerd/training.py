@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
-from torch.optim.swa_utils import AveragedModel
 import yaml
+from torch.optim.swa_utils import AveragedModel
 from tqdm import tqdm
 
 from nerd.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint

@@ -240,7 +240,7 @@ def test_averaged_checkpoint_is_the_mean_of_its_inputs(pendulum_run, tmp_path, c
     average_main([str(root / "logs/nn/last.pt"), str(other), "--output", str(tmp_path / "avg.pt"),
                   "--valid-dataset", cfg.dataset.valid, "--valid-batches", "2", "--batch-size", "64"])
     averaged, _, saved = load_checkpoint(tmp_path / "avg.pt")
-    mean = {n: (a + b) / 2 for (n, a), b in zip(first.named_parameters(), model.parameters())}
+    mean = {n: (a + b) / 2 for (n, a), b in zip(first.named_parameters(), model.parameters(), strict=True)}
     for name, value in averaged.named_parameters():
         torch.testing.assert_close(value, mean[name], rtol=0, atol=1e-7)
     torch.testing.assert_close(averaged.target_norm.mean, first.target_norm.mean, rtol=0, atol=0)
