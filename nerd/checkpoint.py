@@ -118,7 +118,7 @@ def average_checkpoints(paths: Sequence[str | Path], device: str | torch.device 
     first = payload["model_state"]
     total = {name: first[name].double() for name in learned}
     for path in paths[1:]:
-        other_model, other_signature, other = load_checkpoint(path, device)
+        _, other_signature, other = load_checkpoint(path, device)
         if other_signature != signature:
             raise UserError(f"{path} is for another robot or state layout than {paths[0]}; cannot average them")
         if other["model_config"] != payload["model_config"] or other["history_length"] != payload["history_length"]:
@@ -130,7 +130,6 @@ def average_checkpoints(paths: Sequence[str | Path], device: str | torch.device 
             elif not torch.equal(value, first[name]):
                 raise UserError(f"{path} has other normalisation statistics ({name}) than {paths[0]}: only "
                                 f"fine-tunes of one model (trained with --init-from) can be averaged")
-        del other_model
     state = dict(first)
     for name in learned:
         state[name] = (total[name] / len(paths)).to(first[name].dtype)

@@ -16,6 +16,7 @@ Examples:
 
 from nerd.checkpoint import average_checkpoints, load_checkpoint, save_checkpoint
 from nerd.cli import add_common_args, check_output, make_parser, resolve_device, run_main
+from nerd.errors import UserError
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -30,6 +31,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the validation batches")
     add_common_args(parser, seed_default=None)
     args = parser.parse_args(argv)
+    for flag, value in (("--valid-batches", args.valid_batches), ("--batch-size", args.batch_size)):
+        if value < 1:
+            raise UserError(f"{flag} must be at least 1, got {value}")
     device = resolve_device(args.device)
     output = check_output(args.output, args.overwrite)
 

@@ -250,6 +250,9 @@ def test_averaged_checkpoint_is_the_mean_of_its_inputs(pendulum_run, tmp_path, c
     assert set(saved["extra"]["valid_loss"]) == {"dataset", str(root / "logs/nn/last.pt"), str(other), "average"}
     with pytest.raises(FileExistsError, match="pass --overwrite"):
         average_main([str(root / "logs/nn/last.pt"), str(other), "--output", str(tmp_path / "avg.pt")])
+    with pytest.raises(UserError, match="--valid-batches must be at least 1"):
+        average_main([str(root / "logs/nn/last.pt"), str(other), "--output", str(tmp_path / "avg2.pt"),
+                      "--valid-batches", "0"])
 
 
 def _assert_mean(averaged, *models):
