@@ -349,8 +349,7 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
             record = {"epoch": epoch, "windows_seen": run.step * cfg.batch_size, "step_seconds": run.seconds,
                       "train_loss": sum(losses) / max(len(losses), 1), "valid_loss": valid,
                       "epoch_seconds": epoch_seconds, **ckpt_metrics}
-            score = valid if cfg.best_checkpoint_by == "valid_loss" else sum(ckpt_metrics.values())
-            candidates = [(score, model, valid, ckpt_metrics, "trained")]
+            candidates = [(_best_score(cfg, valid, ckpt_metrics), model, valid, ckpt_metrics, "trained")]
             if averaged is not None:
                 fraction = run.seconds / run.budget if run.budget else run.step / (steps_per_epoch * cfg.num_epochs)
                 if fraction >= cfg.average_weights_from:
@@ -367,8 +366,8 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
                 writer.add_scalar("losses/valid_averaged", mean_valid, epoch)
                 record.update({"averaged_valid_loss": mean_valid,
                                **{f"averaged_{name}": value for name, value in mean_metrics.items()}})
-                mean_score = mean_valid if cfg.best_checkpoint_by == "valid_loss" else sum(mean_metrics.values())
-                candidates.append((mean_score, mean, mean_valid, mean_metrics, "averaged"))
+                candidates.append((_best_score(cfg, mean_valid, mean_metrics), mean, mean_valid, mean_metrics,
+                                   "averaged"))
             history.append(record)
             # Again, now with this epoch's record: a resumed run then keeps its whole curve.
             save_checkpoint(last_path, model, sig, config_dict, history_length=cfg.history_length, epoch=epoch,
@@ -505,6 +504,11 @@ def _init_or_resume(cfg: TrainConfig, train_data: TrajectoryWindows, logdir: Pat
     if optimizer_state is not None:
         optimizer.load_state_dict(optimizer_state)
     return model, optimizer, start_epoch, best_score, previous
+
+
+def _best_score(cfg: TrainConfig, valid: float, rollout_metrics: dict[str, float]) -> float:
+    """What ``best.pt`` minimises for one candidate model: its validation loss or its rollout check's summed errors."""
+    return valid if cfg.best_checkpoint_by == "valid_loss" else sum(rollout_metrics.values())
 
 
 def _weight_average(cfg: TrainConfig, model: NeRDModel, previous: dict[str, Any], init_from: str | Path | None
