@@ -226,6 +226,12 @@ def test_init_from_starts_a_new_run_and_never_replaces_one(pendulum_run, tmp_pat
     assert summary["epochs"][0]["valid_loss"] < 0.8
 
 
+def _assert_mean(averaged, *models, atol=1e-6):
+    for name, value in averaged.named_parameters():
+        mean = sum(dict(m.named_parameters())[name] for m in models) / len(models)
+        torch.testing.assert_close(value, mean, rtol=0, atol=atol)
+
+
 def test_averaged_checkpoint_is_the_mean_of_its_inputs(pendulum_run, tmp_path, capsys):
     """nerd-average writes the element-wise mean of the weights, keeps the shared normalisation, and prints the
     validation loss of every input and of the average on the same windows."""
@@ -240,9 +246,7 @@ def test_averaged_checkpoint_is_the_mean_of_its_inputs(pendulum_run, tmp_path, c
     average_main([str(root / "logs/nn/last.pt"), str(other), "--output", str(tmp_path / "avg.pt"),
                   "--valid-dataset", cfg.dataset.valid, "--valid-batches", "2", "--batch-size", "64"])
     averaged, _, saved = load_checkpoint(tmp_path / "avg.pt")
-    mean = {n: (a + b) / 2 for (n, a), b in zip(first.named_parameters(), model.parameters(), strict=True)}
-    for name, value in averaged.named_parameters():
-        torch.testing.assert_close(value, mean[name], rtol=0, atol=1e-7)
+    _assert_mean(averaged, first, model, atol=1e-7)
     torch.testing.assert_close(averaged.target_norm.mean, first.target_norm.mean, rtol=0, atol=0)
     assert saved["extra"]["averaged_from"] == [str(root / "logs/nn/last.pt"), str(other)]
     out = capsys.readouterr().out
@@ -253,12 +257,6 @@ def test_averaged_checkpoint_is_the_mean_of_its_inputs(pendulum_run, tmp_path, c
     with pytest.raises(UserError, match="--valid-batches must be at least 1"):
         average_main([str(root / "logs/nn/last.pt"), str(other), "--output", str(tmp_path / "avg2.pt"),
                       "--valid-batches", "0"])
-
-
-def _assert_mean(averaged, *models):
-    for name, value in averaged.named_parameters():
-        mean = sum(dict(m.named_parameters())[name] for m in models) / len(models)
-        torch.testing.assert_close(value, mean, rtol=0, atol=1e-6)
 
 
 def test_weight_averaging_keeps_the_mean_of_epoch_ends(pendulum_run, tmp_path):
