@@ -59,8 +59,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="white-noise torques over the robot's whole box ('full', the release) or over a box "
                              "shrunk per trajectory by 10^U[-2, 0] ('log-uniform', ours: covers the small torques of a "
                              "task's controller; Cartpole at 20 CPU-min: 1.0-2.5x lower passive error, 4x higher "
-                             "one-step error on full-box data, docs/accuracy.md; Franka at 55 CPU-min: 1.5x lower "
-                             "passive error, NeRD-trained reach policy gap +5.7 %% instead of +84.5 %%, "
+                             "one-step error on full-box data, docs/accuracy.md; Franka at 55 CPU-min: 1.5-1.7x lower "
+                             "passive joint error, NeRD-trained reach policy gap +5.7 %% instead of +84.5 %%, "
                              "docs/results.md)")
     parser.add_argument("--compression", default="lzf", choices=["lzf", "gzip", "none"],
                         help="HDF5 compression")
