@@ -60,8 +60,10 @@ def main(argv: list[str] | None = None) -> None:
                              "shrunk per trajectory by 10^U[-2, 0] ('log-uniform', ours: covers the small torques of a "
                              "task's controller; Cartpole at 20 CPU-min: 1.0-2.5x lower passive error, 4x higher "
                              "one-step error on full-box data, docs/accuracy.md; Franka at 55 CPU-min: 1.5-1.7x lower "
-                             "passive joint error, NeRD-trained reach policy gap +5.7 %% instead of +84.5 %%, "
-                             "docs/results.md)")
+                             "passive joint error, NeRD-trained reach policy gap +5.7 %% instead of +84.5 %%; "
+                             "Ant at 65 CPU-min: up to 1.4x lower passive error but a worse "
+                             "run policy (gap +706 %% instead of +440 %%: the policy saturates torques that this data "
+                             "rarely holds); docs/results.md)")
     parser.add_argument("--compression", default="lzf", choices=["lzf", "gzip", "none"],
                         help="HDF5 compression")
     add_common_args(parser)
