@@ -52,7 +52,8 @@ def dataset_torques(path: str | Path) -> torch.Tensor:
 
 @torch.no_grad()
 def policy_torques(rl_cfg: str, checkpoint: str, num_envs: int, steps: int, seed: int, device: str) -> torch.Tensor:
-    """The joint torques the ground truth applied while ``checkpoint`` played ``steps`` steps in ``num_envs`` envs."""
+    """The joint torques the ground truth applied while ``checkpoint`` played ``steps`` steps in ``num_envs`` envs
+    (of each step's last frame, for robots that hold an action for several frames)."""
     cfg = with_num_envs(load_rl_config(rl_cfg, ["env.env_mode=ground-truth"]), num_envs)
     venv = make_vec_env(cfg.env, device=device, seed=seed)
     policy = load_policy(cfg, checkpoint, venv.get_env_info(), device)
