@@ -17,15 +17,15 @@ Example (the numbers in docs/results.md, Ant run):
 import json
 from pathlib import Path
 
-import h5py
 import torch
 from tqdm import tqdm
 
 from nerd.cli import add_common_args, check_json_output, check_output, make_parser, resolve_device, run_main
+from nerd.datasets.hdf5 import load_trajectories
 from nerd.errors import UserError
-from nerd.rl.config import load_rl_config, with_num_envs
+from nerd.rl.config import RLConfig, load_rl_config, with_num_envs
 from nerd.rl.runner import load_policy
-from nerd.rl.vec_env import make_vec_env
+from nerd.rl.vec_env import NeRDVecEnv, make_vec_env
 from nerd.run_dir import write_text_atomic
 
 THRESHOLDS = (0.5, 0.9)
@@ -41,22 +41,17 @@ def usage_stats(torques: torch.Tensor, limit: torch.Tensor) -> dict[str, float]:
 
 
 def dataset_torques(path: str | Path) -> torch.Tensor:
-    """Every joint torque of an HDF5 dataset, (transitions, A)."""
-    try:
-        with h5py.File(path, "r") as f:
-            acts = f["data/joint_acts"][()]
-    except (OSError, KeyError) as err:
-        raise UserError(f"{path}: not a nerd dataset with data/joint_acts ({err})") from None
+    """Every joint torque of an HDF5 dataset, (transitions, A); a missing or damaged file is a DatasetError."""
+    acts = load_trajectories(path, ("joint_acts",))["joint_acts"]
     return torch.from_numpy(acts).reshape(-1, acts.shape[-1]).double()
 
 
 @torch.no_grad()
-def policy_torques(rl_cfg: str, checkpoint: str, num_envs: int, steps: int, seed: int, device: str) -> torch.Tensor:
-    """The joint torques the ground truth applied while ``checkpoint`` played ``steps`` steps in ``num_envs`` envs
-    (of each step's last frame, for robots that hold an action for several frames)."""
-    cfg = with_num_envs(load_rl_config(rl_cfg, ["env.env_mode=ground-truth"]), num_envs)
-    venv = make_vec_env(cfg.env, device=device, seed=seed)
-    policy = load_policy(cfg, checkpoint, venv.get_env_info(), device)
+def policy_torques(cfg: RLConfig, venv: NeRDVecEnv, checkpoint: str, steps: int, seed: int) -> torch.Tensor:
+    """The joint torques the ground truth ``venv`` applied while ``checkpoint`` played ``steps`` steps from resets
+    drawn at ``seed`` (of each step's last frame, for robots that hold an action for several frames)."""
+    policy = load_policy(cfg, checkpoint, venv.get_env_info(), str(venv.device))
+    venv.seed(seed)  # every policy starts from the same initial states
     obs = venv.reset()
     policy.reset()
     out = []
@@ -99,9 +94,11 @@ def main() -> None:
     else:
         limit = next(iter(sources.values())).abs().amax(dim=0).clamp(min=1e-12)
         limit_source = f"(the largest |torque| of {args.datasets[0]}: {[round(x, 3) for x in limit.tolist()]})"
-    for ckpt in args.checkpoints:
-        sources[f"{ckpt} (ground truth)"] = policy_torques(args.rl_cfg, ckpt, args.num_envs, args.steps, args.seed,
-                                                             device)
+    if args.checkpoints:
+        cfg = with_num_envs(load_rl_config(args.rl_cfg, ["env.env_mode=ground-truth"]), args.num_envs)
+        venv = make_vec_env(cfg.env, device=device, seed=args.seed)
+        for ckpt in args.checkpoints:
+            sources[f"{ckpt} (ground truth)"] = policy_torques(cfg, venv, ckpt, args.steps, args.seed)
     for name, torques in sources.items():
         if torques.shape[1] != limit.numel() and limit.numel() != 1:
             raise UserError(f"{name}: {torques.shape[1]} joint torques, the limit has {limit.numel()}")

@@ -6,6 +6,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from nerd.generation import GenerationConfig, generate_dataset
 from tests.scripts.test_entry_points import REPO, error_lines, run_script
 
 SCRIPT = "bench/torque_usage.py"
@@ -13,10 +14,14 @@ RL_CFG = str(REPO / "cfg/rl/Cartpole/swingup_cpu.yaml")
 
 
 def write_torques(path: Path, per_joint: list[float]) -> None:
-    """A dataset holding only data/joint_acts: two trajectories x len(per_joint) frames, the same on both joints."""
+    """A Cartpole dataset of two trajectories x len(per_joint) frames whose torques are replaced by known values,
+    the same on both joints."""
+    length = len(per_joint)
+    generate_dataset(GenerationConfig("Cartpole", 2 * length, trajectory_length=length, num_envs=2), path,
+                     progress=False)
     acts = np.stack([np.array(per_joint), -2.0 * np.array(per_joint)], axis=-1)  # joint 1: twice the scale
-    with h5py.File(path, "w") as f:
-        f.create_dataset("data/joint_acts", data=np.stack([acts, acts]).astype(np.float32))
+    with h5py.File(path, "r+") as f:
+        f["data/joint_acts"][...] = np.stack([acts, acts]).astype(np.float32)
 
 
 def test_dataset_stats_are_relative_to_each_joints_maximum(tmp_path, monkeypatch, capsys):
