@@ -27,10 +27,13 @@ from nerd.errors import RolloutDivergedError, UserError
 from nerd.features import signature_of_env
 from nerd.resources import check_disk, check_memory
 
-TORQUE_SCALES = ("full", "log-uniform")
+TORQUE_SCALES = ("full", "log-uniform", "saturating")
 """Torque-scale rules of :class:`GenerationConfig` (the release's first)."""
 LOG_UNIFORM_DECADES = 2.0
 """``"log-uniform"`` draws each trajectory's torque factor as 10^U[-LOG_UNIFORM_DECADES, 0]."""
+SATURATING_GAIN = 2.0
+"""``"saturating"`` multiplies the white noise by this and clips it to the box: with 2, half of the torques sit
+at the limit and the mean |torque| is 0.75 of it (what the Ant's run policies apply, bench/torque_usage.py)."""
 
 DIVERGED_THRESHOLD = 1.0e5
 """A trajectory with any state coordinate beyond this magnitude is treated as diverged and dropped."""
@@ -75,7 +78,12 @@ class GenerationConfig:
     torque_scale: str = "full"
     """How white-noise torques are scaled: ``"full"`` (the release: uniform over the robot's whole torque box) or
     our ``"log-uniform"`` (each trajectory's box is shrunk by its own factor 10^U[-2, 0], so that the data also
-    covers the small torques and slow motion that a task's controller produces; see :data:`TORQUE_SCALES`)."""
+    covers the small torques and slow motion that a task's controller produces) or our ``"saturating"`` (the white
+    noise times :data:`SATURATING_GAIN`, clipped to the box: torques at the limit, as a running gait's)."""
+    torque_hold_frames: int = 1
+    """Temporal correlation of the random torques: each trajectory draws a mean hold time L log-uniformly in
+    [1, torque_hold_frames] frames, and each joint keeps its torque until a redraw, which happens with
+    probability 1/L per frame. 1 (the release's) redraws every torque every frame: white noise."""
     compression: str | None = "lzf"
     """HDF5 compression filter: ``"lzf"`` (about half the size, a few % slower), ``"gzip"`` or None."""
 
@@ -90,6 +98,10 @@ class GenerationConfig:
             raise UserError(f"--torque-scale must be one of {', '.join(TORQUE_SCALES)}, got {self.torque_scale!r}")
         if self.torque_scale != "full" and self.passive:
             raise UserError("--torque-scale scales random torques; --passive has none")
+        if self.torque_hold_frames < 1:
+            raise UserError(f"--torque-hold-frames must be at least 1, got {self.torque_hold_frames}")
+        if self.torque_hold_frames > 1 and self.passive:
+            raise UserError("--torque-hold-frames holds random torques; --passive has none")
         if self.compression not in ("lzf", "gzip", None):
             raise UserError(f"--compression must be lzf, gzip or none, got {self.compression!r}")
 
@@ -149,9 +161,11 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
                         f"{cfg.env_name}'s data does not go through a PD controller (only Anymal's does)")
     _check_robot_option("--ground-planes", cfg.ground_planes, env.ground_plane_rules, f"{cfg.env_name} has the rules",
                         f"{cfg.env_name}'s data has no random ground planes (only PendulumWithContact's has)")
-    if cfg.torque_scale != "full" and env.random_control == "actions":
-        raise UserError(f"--torque-scale {cfg.torque_scale}: {cfg.env_name}'s data goes through its controller "
-                        "(random actions), not random torques")
+    if (cfg.torque_scale != "full" or cfg.torque_hold_frames > 1) and env.random_control == "actions":
+        flag = (f"--torque-scale {cfg.torque_scale}" if cfg.torque_scale != "full"
+                else f"--torque-hold-frames {cfg.torque_hold_frames}")
+        raise UserError(f"{flag}: {cfg.env_name}'s data goes through its controller (random actions), not random "
+                        "torques")
     random_planes = cfg.contact_config is None and bool(env.ground_plane_rules)
     generator = torch.Generator().manual_seed(cfg.seed)
     # The robot signature is what a model trained on the file is checked against; it is written from one place.
@@ -163,6 +177,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
         "sim_substeps": env.sim_substeps,
         "trajectory_length": T, "seed": cfg.seed, "generator_settings": asdict(cfg),
         "random_ground_planes": random_planes, "torque_scale": "" if cfg.passive else cfg.torque_scale,
+        "torque_hold_frames": cfg.torque_hold_frames,
         "ground_plane_rule": (cfg.ground_planes or env.ground_plane_rules[0]) if random_planes else "",
         "state_names": env.state_names(), "joint_act_names": env.joint_act_names(),
     }
@@ -184,7 +199,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
                         generator, cfg.ground_planes,
                     )
                     env.set_ground_planes(normals, points)
-                scale = _torque_factors(cfg.torque_scale, n, generator).to(env.torch_device)
+                torque_noise = _TorqueNoise(env, cfg, n, generator)
                 for t in range(T):
                     _record_step(env, buffers, t, gravity, None if t == 0 else buffers["next_states"][t - 1])
                     if env.random_control == "actions":
@@ -202,7 +217,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
                         buffers["actions"][t] = actions
                     else:
                         torques = (torch.zeros(n, env.act_dim, device=env.torch_device) if cfg.passive
-                                   else env.sample_random_torques(n, generator) * scale)
+                                   else torque_noise.next())
                         env.step_with_joint_act(torques)
                     buffers["joint_acts"][t] = torques
                     buffers["next_states"][t] = env.get_states()
@@ -224,12 +239,38 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
     return GenerationSummary(str(out), kept, kept * T, dropped, seconds)
 
 
-def _torque_factors(rule: str, n: int, generator: torch.Generator) -> torch.Tensor:
-    """(n, 1) factors on the torque box, one per trajectory (ones for the release's ``"full"``; no draw then, so
-    that its data stays what the same seed gave before the option existed)."""
-    if rule == "full":
-        return torch.ones(n, 1)
-    return 10.0 ** (LOG_UNIFORM_DECADES * (torch.rand(n, 1, generator=generator) - 1.0))
+class _TorqueNoise:
+    """The random torques of one batch of trajectories, frame after frame (:class:`GenerationConfig`'s
+    ``torque_scale`` and ``torque_hold_frames``). The release's settings draw nothing beyond its white noise, so
+    that its data stays what the same seed gave before the options existed."""
+
+    def __init__(self, env, cfg: GenerationConfig, n: int, generator: torch.Generator):
+        self.env, self.n, self.generator, self.rule = env, n, generator, cfg.torque_scale
+        self.factor = None  # (n, 1) per-trajectory box factor of "log-uniform"
+        if self.rule == "log-uniform":
+            self.factor = (10.0 ** (LOG_UNIFORM_DECADES * (torch.rand(n, 1, generator=generator) - 1.0))
+                           ).to(env.torch_device)
+        self.redraw_probability = None  # (n, 1) per-trajectory 1 / L of the hold
+        if cfg.torque_hold_frames > 1:
+            hold = cfg.torque_hold_frames ** torch.rand(n, 1, generator=generator)  # log-uniform in [1, L_max]
+            self.redraw_probability = 1.0 / hold
+        self.held: torch.Tensor | None = None
+
+    def next(self) -> torch.Tensor:
+        """The torques (n, act_dim) of the next frame."""
+        fresh = self.env.sample_random_torques(self.n, self.generator)
+        if self.factor is not None:
+            fresh = fresh * self.factor
+        elif self.rule == "saturating":
+            box = torch.tensor(self.env.random_torque_box, device=fresh.device)
+            fresh = torch.clamp(fresh * SATURATING_GAIN, -box, box)
+        if self.redraw_probability is not None:
+            if self.held is not None:
+                # Drawn on the CPU, as every random number of generation, so a seed gives the same data anywhere.
+                redraw = torch.rand(fresh.shape, generator=self.generator) < self.redraw_probability
+                fresh = torch.where(redraw.to(fresh.device), fresh, self.held)
+            self.held = fresh
+        return fresh
 
 
 def _check_robot_option(flag: str, value: str | None, names: tuple[str, ...], has: str, has_none: str) -> None:

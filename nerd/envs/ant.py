@@ -116,6 +116,8 @@ class Ant(Environment):
     """MuJoCo ant, 15/14 DoF (free base + 8 hinges), 25 contact candidates, 117.05 kg."""
 
     name = "Ant"
+    random_torque_box = (TORQUE_NOISE_SCALE,) * 8
+    """Hinge torques uniform in ±400 N·m."""
     contact_friction = "coulomb"
     frame_dt = 1.0 / 60.0
     sim_substeps = 16
@@ -198,10 +200,6 @@ class Ant(Environment):
         joint_vel = uniform([-INIT_JOINT_VEL_RANGE] * 8, [INIT_JOINT_VEL_RANGE] * 8, n, generator)
         states = torch.cat([position, quat, *joints, lin, ang, joint_vel], dim=1)
         return states.to(self.torch_device)
-
-    def sample_random_torques(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        """Hinge torques uniform in [-400, 400] N·m."""
-        return uniform([-TORQUE_NOISE_SCALE] * 8, [TORQUE_NOISE_SCALE] * 8, n, generator).to(self.torch_device)
 
     def sample_reset_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """The release's task reset (module docstring), (n, 29), world frame."""

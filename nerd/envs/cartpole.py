@@ -35,6 +35,8 @@ class Cartpole(Environment):
     """Cart-pole, 2 DoF (cart x [m], pole theta [rad]); only the cart is actuated."""
 
     name = "Cartpole"
+    random_torque_box = TORQUE_NOISE_SCALE
+    """Cart force uniform in ±1500 N, no pole torque."""
     frame_dt = 1.0 / 60.0
     sim_substeps = 5
     states_frame = "world"
@@ -84,7 +86,3 @@ class Cartpole(Environment):
     def sample_reset_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """Task reset: x, x_dot, theta_dot in [-1, 1], theta in [-pi, pi]."""
         return uniform([-h for h in RESET_RANGE], RESET_RANGE, n, generator).to(self.torch_device)
-
-    def sample_random_torques(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        """Cart force uniform in [-1500, 1500] N, no pole torque."""
-        return uniform([-s for s in TORQUE_NOISE_SCALE], TORQUE_NOISE_SCALE, n, generator).to(self.torch_device)

@@ -213,9 +213,16 @@ class Environment:
         """Initial states (n, dof_q + dof_qd), world frame, for data generation (spec §8 ranges)."""
         raise NotImplementedError
 
+    random_torque_box: ClassVar[tuple[float, ...]] = ()
+    """Half-widths [N or N·m] of the white-noise torque box of data generation, one per joint torque (spec §8);
+    empty for robots whose data does not draw random torques."""
+
     def sample_random_torques(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        """White-noise joint torques (n, act_dim) for data generation (spec §8)."""
-        raise NotImplementedError
+        """White-noise joint torques (n, act_dim) for data generation: uniform in ±:attr:`random_torque_box`."""
+        if len(self.random_torque_box) != self.act_dim:
+            raise NotImplementedError(f"{self.name} has no white-noise torque box for its {self.act_dim} torques")
+        box = self.random_torque_box
+        return uniform([-s for s in box], box, n, generator).to(self.torch_device)
 
     def sample_random_actions(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """Random policy actions (n, action_dim) for data generation of ``random_control = "actions"`` robots."""

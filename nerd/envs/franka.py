@@ -140,6 +140,8 @@ class Franka(Environment):
     """
 
     name = "Franka"
+    random_torque_box = TORQUE_NOISE_SCALE
+    """Torques uniform in ±[100×4, 20×3] N·m, bypassing the controller (the release's dataset)."""
     frame_dt = 1.0 / 120.0
     sim_substeps = 9
     gravity = 0.0
@@ -209,10 +211,6 @@ class Franka(Environment):
         q = wrap_angle(uniform([-INIT_Q_RANGE] * JOINTS, [INIT_Q_RANGE] * JOINTS, n, generator))
         qd = uniform([-INIT_QD_RANGE] * JOINTS, [INIT_QD_RANGE] * JOINTS, n, generator)
         return torch.cat([q, qd], dim=1).to(self.torch_device)
-
-    def sample_random_torques(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        """Torques uniform in ±[100×4, 20×3] N·m, bypassing the controller (the release's dataset)."""
-        return uniform([-s for s in TORQUE_NOISE_SCALE], TORQUE_NOISE_SCALE, n, generator).to(self.torch_device)
 
     def sample_reset_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """The release's RL reset: the default pose + U[±0.125] rad per joint, at rest, (n, 14)."""

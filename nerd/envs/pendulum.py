@@ -58,6 +58,8 @@ class PendulumWithContact(Environment):
     """Double pendulum with 4 contact candidates (the capsules' end points), 2 DoF, both actuated."""
 
     name = "PendulumWithContact"
+    random_torque_box = TORQUE_NOISE_SCALE
+    """Torques uniform in ±1500 N·m on both joints."""
     frame_dt = 1.0 / 60.0
     sim_substeps = 5
     states_frame = "body"
@@ -121,10 +123,6 @@ class PendulumWithContact(Environment):
         q1 = torch.where(q1 > math.pi, q1 - 2.0 * math.pi, q1)
         qd = RESET_QD_RANGE * (2.0 * u[:, 2:] - 1.0)
         return -torch.cat([q0[:, None], q1[:, None], qd], dim=1).to(self.torch_device)
-
-    def sample_random_torques(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        """Torques uniform in [-1500, 1500] N·m on both joints."""
-        return uniform([-s for s in TORQUE_NOISE_SCALE], TORQUE_NOISE_SCALE, n, generator).to(self.torch_device)
 
     @staticmethod
     def sample_ground_planes(

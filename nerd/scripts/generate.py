@@ -63,7 +63,13 @@ def main(argv: list[str] | None = None) -> None:
                              "passive joint error, NeRD-trained reach policy gap +5.7 %% instead of +84.5 %%; "
                              "Ant at 65 CPU-min: up to 1.4x lower passive error but a worse "
                              "run policy (gap +706 %% instead of +440 %%: the policy saturates torques that this data "
-                             "rarely holds); docs/results.md)")
+                             "rarely holds); docs/results.md), or the white noise doubled and clipped to the box "
+                             "('saturating', ours: half the torques at the limit, as the Ant's run policies apply "
+                             "them)")
+    parser.add_argument("--torque-hold-frames", type=int, default=1,
+                        help="hold each random torque for a while instead of redrawing it every frame (ours): each "
+                             "trajectory draws a mean hold log-uniformly in [1, this] frames; 1 is white noise, the "
+                             "release's")
     parser.add_argument("--compression", default="lzf", choices=["lzf", "gzip", "none"],
                         help="HDF5 compression")
     add_common_args(parser)
@@ -85,7 +91,8 @@ def main(argv: list[str] | None = None) -> None:
         num_envs=args.num_envs, seed=seed, passive=args.passive, contact_config=args.contact_config,
         solver=args.solver, mass_matrix_refresh=args.mass_matrix_refresh, robot_variant=args.robot_variant,
         control_mode=args.control_mode, pd_gains=args.pd_gains, ground_planes=args.ground_planes,
-        torque_scale=args.torque_scale, compression=None if args.compression == "none" else args.compression,
+        torque_scale=args.torque_scale, torque_hold_frames=args.torque_hold_frames,
+        compression=None if args.compression == "none" else args.compression,
     )
     summary = generate_dataset(cfg, path, device=device_for_rank(resolve_device(args.device), rank),
                                progress=rank.is_main)

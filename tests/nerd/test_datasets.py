@@ -51,10 +51,55 @@ def test_log_uniform_torque_scale_shrinks_each_trajectorys_box(tmp_path):
     with pytest.raises(UserError, match="goes through its controller"):
         generate_dataset(GenerationConfig("Anymal", 10, trajectory_length=5, num_envs=2, torque_scale="log-uniform"),
                          tmp_path / "a.hdf5", progress=False)
-    with pytest.raises(UserError, match="--torque-scale must be one of full, log-uniform"):
+    with pytest.raises(UserError, match="--torque-scale must be one of full, log-uniform, saturating"):
         GenerationConfig("Franka", 10, torque_scale="half")
     with pytest.raises(UserError, match="--passive has none"):
         GenerationConfig("Franka", 10, passive=True, torque_scale="log-uniform")
+    assert not (tmp_path / "a.hdf5").exists()
+
+
+def _franka_torques(tmp_path, name: str, **options) -> np.ndarray:
+    """Joint torques (64 trajectories, 20 frames, 7) of a Franka dataset made with the generation ``options``,
+    relative to the release's white-noise box."""
+    from nerd.envs.franka import TORQUE_NOISE_SCALE
+
+    cfg = GenerationConfig("Franka", 64 * 20, trajectory_length=20, num_envs=64, seed=5, **options)
+    path = generate_dataset(cfg, tmp_path / f"{name}.hdf5", progress=False).path
+    for key, value in options.items():
+        assert read_attrs(path)["generator_settings"][key] == value
+    return load_trajectories(path, fields=("joint_acts",))["joint_acts"] / np.asarray(TORQUE_NOISE_SCALE)
+
+
+def test_saturating_torque_scale_puts_half_the_torques_at_the_limit(tmp_path):
+    """--torque-scale saturating doubles the white noise and clips it to the box: every torque stays inside the
+    box, half of them sit on its faces (|2u| > 1 for u uniform in [-1, 1]), and the mean |torque| is 0.75 of it.
+    The release's white noise has none on the faces and a mean of 0.5."""
+    relative = np.abs(_franka_torques(tmp_path, "sat", torque_scale="saturating"))
+    assert relative.max() <= 1.0 + 1e-6
+    assert 0.46 < np.isclose(relative, 1.0).mean() < 0.54
+    assert 0.72 < relative.mean() < 0.78
+    white = np.abs(_franka_torques(tmp_path, "white"))
+    assert np.isclose(white, 1.0).mean() < 0.01 and 0.47 < white.mean() < 0.53
+
+
+def test_torque_hold_frames_holds_each_torque_for_a_random_time(tmp_path):
+    """--torque-hold-frames 16: a joint keeps its torque until a redraw, with probability 1/L per frame and L
+    log-uniform in [1, 16] per trajectory, so the share of redrawn torques is E[1/L] = (1 - 1/16) / ln 16 = 0.34
+    on average and differs between trajectories; the release's white noise redraws every torque every frame. The
+    option refuses nonsense, passive data and robots whose data goes through a controller."""
+    held = _franka_torques(tmp_path, "held", torque_hold_frames=16)
+    redrawn = (held[:, 1:] != held[:, :-1]).mean(axis=(1, 2))  # per trajectory
+    assert 0.25 < redrawn.mean() < 0.45
+    assert redrawn.min() < 0.2 and redrawn.max() > 0.6
+    white = _franka_torques(tmp_path, "white")
+    assert (white[:, 1:] != white[:, :-1]).all()
+    with pytest.raises(UserError, match="--torque-hold-frames must be at least 1, got 0"):
+        GenerationConfig("Franka", 10, torque_hold_frames=0)
+    with pytest.raises(UserError, match="--passive has none"):
+        GenerationConfig("Franka", 10, passive=True, torque_hold_frames=4)
+    with pytest.raises(UserError, match="--torque-hold-frames 4: Anymal's data goes through its controller"):
+        generate_dataset(GenerationConfig("Anymal", 10, trajectory_length=5, num_envs=2, torque_hold_frames=4),
+                         tmp_path / "a.hdf5", progress=False)
     assert not (tmp_path / "a.hdf5").exists()
 
 

@@ -26,7 +26,7 @@ def write_torques(path: Path, per_joint: list[float]) -> None:
 
 def test_dataset_stats_are_relative_to_each_joints_maximum(tmp_path, monkeypatch, capsys):
     write_torques(tmp_path / "a.hdf5", [0.0, 25.0, 60.0, 95.0, 100.0])
-    write_torques(tmp_path / "b.hdf5", [10.0, 10.0, 10.0, 10.0, 10.0])
+    write_torques(tmp_path / "b.hdf5", [10.0, -10.0, 10.0, -10.0, 10.0])
     code, out, err = run_script(SCRIPT, "--rl-cfg", RL_CFG, "--datasets",
                                 str(tmp_path / "a.hdf5"), str(tmp_path / "b.hdf5"), "--output",
                                 str(tmp_path / "usage.json"), monkeypatch=monkeypatch, capsys=capsys)
@@ -36,6 +36,8 @@ def test_dataset_stats_are_relative_to_each_joints_maximum(tmp_path, monkeypatch
     a, b = result["rows"]
     assert np.isclose(a["mean_abs_over_limit"], 0.56) and a["share_above_0.5"] == 0.6 and a["share_above_0.9"] == 0.4
     assert np.isclose(b["mean_abs_over_limit"], 0.1) and b["share_above_0.5"] == 0.0
+    # a: only 0 -> 25 changes sign, once in 4 frame pairs; b alternates every frame. Pairs never span trajectories.
+    assert a["sign_change_rate"] == 0.25 and b["sign_change_rate"] == 1.0
     assert (tmp_path / "usage.md").read_text().count("\n| ") == 3  # header + two rows
 
 
@@ -48,6 +50,7 @@ def test_a_shipped_policy_is_played_in_the_ground_truth(tmp_path, monkeypatch, c
     (row,) = json.loads((tmp_path / "usage.json").read_text())["rows"]
     # a swing-up pumps the cart hard (0.18 measured); the passive pole hinge, half the entries, never gets a torque
     assert 0.1 < row["mean_abs_over_limit"] <= 0.5 and 0.0 < row["share_above_0.5"] <= 0.5
+    assert 0.0 < row["sign_change_rate"] <= 0.5  # the pole hinge never changes sign
 
 
 def test_without_a_limit_or_a_dataset_it_is_a_one_line_error(tmp_path, monkeypatch, capsys):
