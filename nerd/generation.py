@@ -245,11 +245,14 @@ class _TorqueNoise:
     that its data stays what the same seed gave before the options existed."""
 
     def __init__(self, env, cfg: GenerationConfig, n: int, generator: torch.Generator):
-        self.env, self.n, self.generator, self.rule = env, n, generator, cfg.torque_scale
+        self.env, self.n, self.generator = env, n, generator
         self.factor = None  # (n, 1) per-trajectory box factor of "log-uniform"
-        if self.rule == "log-uniform":
+        if cfg.torque_scale == "log-uniform":
             self.factor = (10.0 ** (LOG_UNIFORM_DECADES * (torch.rand(n, 1, generator=generator) - 1.0))
                            ).to(env.torch_device)
+        self.box = None  # (act_dim,) half-widths that "saturating" clips to
+        if cfg.torque_scale == "saturating":
+            self.box = torch.tensor(env.random_torque_box, device=env.torch_device)
         self.redraw_probability = None  # (n, 1) per-trajectory 1 / L of the hold
         if cfg.torque_hold_frames > 1:
             hold = cfg.torque_hold_frames ** torch.rand(n, 1, generator=generator)  # log-uniform in [1, L_max]
@@ -261,9 +264,8 @@ class _TorqueNoise:
         fresh = self.env.sample_random_torques(self.n, self.generator)
         if self.factor is not None:
             fresh = fresh * self.factor
-        elif self.rule == "saturating":
-            box = torch.tensor(self.env.random_torque_box, device=fresh.device)
-            fresh = torch.clamp(fresh * SATURATING_GAIN, -box, box)
+        elif self.box is not None:
+            fresh = torch.clamp(fresh * SATURATING_GAIN, -self.box, self.box)
         if self.redraw_probability is not None:
             if self.held is not None:
                 # Drawn on the CPU, as every random number of generation, so a seed gives the same data anywhere.

@@ -66,11 +66,12 @@ def main(argv: list[str] | None = None) -> None:
                              "rarely holds); docs/results.md), or the white noise doubled and clipped to the box "
                              "('saturating', ours: half the torques at the limit, as the Ant's run policies apply "
                              "them; with --torque-hold-frames 128 it trained the Ant model whose run policy "
-                             "transfers, gap +37 %% instead of +440 %%, at 3-4.5x the passive error)")
+                             "transfers, gap +37 %% instead of +440 %%, at 3.2-3.8x the base's passive error at "
+                             "500 steps)")
     parser.add_argument("--torque-hold-frames", type=int, default=1,
                         help="hold each random torque for a while instead of redrawing it every frame (ours): each "
                              "trajectory draws a mean hold log-uniformly in [1, this] frames; 1 is white noise, the "
-                             "release's; the Ant needed 128, 16 was not enough; docs/results.md)")
+                             "release's (the Ant needed 128, 16 was not enough; docs/results.md)")
     parser.add_argument("--compression", default="lzf", choices=["lzf", "gzip", "none"],
                         help="HDF5 compression")
     add_common_args(parser)
