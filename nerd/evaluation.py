@@ -165,6 +165,9 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
                                                robot_variant=evaluated_robot_variant, control_mode=control_mode),
                                       None, env_mode=GROUND_TRUTH)
     generator = torch.Generator().manual_seed(seed)
+    # On the rollouts' device, as the errors are: a CPU tensor here made every CUDA evaluation fail.
+    last_steps = torch.tensor([h - 1 for h in horizons], device=env.torch_device)
+    step_counts = torch.tensor(horizons, dtype=torch.float64, device=env.torch_device)[:, None]
     sums: dict[str, torch.Tensor] = {}
     done = 0
     batches = math.ceil(num_rollouts / num_envs)
@@ -190,8 +193,8 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
             # Sum over trajectories, keep the step axis: (H,) or (H, dof_q).
             sums[name] = sums.get(name, 0) + value.double().sum(dim=1)
             if name != "per_dof":
-                cumulative = value.double().cumsum(dim=0)[[h - 1 for h in horizons]]  # (len(horizons), keep)
-                trajectory_means.setdefault(name, []).append(cumulative / torch.tensor(horizons)[:, None])
+                cumulative = value.double().cumsum(dim=0)[last_steps]  # (len(horizons), keep)
+                trajectory_means.setdefault(name, []).append(cumulative / step_counts)
         if batch == 0:
             k = min(EXAMPLE_TRAJECTORIES, keep)
             examples = {"state_names": env.state_names()[: env.dof_q],

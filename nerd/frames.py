@@ -21,6 +21,8 @@ import math
 import torch
 from torch import Tensor
 
+from nerd.device_constants import device_constant
+
 _NORM_EPS = 1e-12
 """Floor for norms we divide by: a zero quaternion or axis then yields zeros instead of NaN."""
 
@@ -38,7 +40,7 @@ def quat_identity(shape: tuple[int, ...] = (), *, dtype: torch.dtype | None = No
         ``(*shape, 4)`` quaternions ``[0, 0, 0, 1]`` (xyzw).
     """
     q = torch.zeros(*shape, 4, dtype=dtype, device=device)
-    return q.index_fill(-1, torch.tensor([3], device=q.device), 1.0)
+    return q.index_fill(-1, device_constant((3,), q, torch.long), 1.0)
 
 
 def quat_mul(a: Tensor, b: Tensor) -> Tensor:

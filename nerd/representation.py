@@ -39,6 +39,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from nerd.device_constants import device_constant
 from nerd.frames import (
     quat_conjugate,
     quat_identity,
@@ -241,7 +242,7 @@ def gravity_to_anchor_frame(anchor: Tensor) -> Tensor:
         ``(..., 3)`` unit vectors: how the base sees "down", which is where its tilt lives once the base's
         own orientation has become the identity.
     """
-    down = anchor.new_tensor(_GRAVITY_DIR_WORLD).expand(*anchor.shape[:-1], 3)
+    down = device_constant(_GRAVITY_DIR_WORLD, anchor).expand(*anchor.shape[:-1], 3)
     return quat_rotate_inv(anchor[..., 3:7], down)
 
 

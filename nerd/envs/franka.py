@@ -44,6 +44,7 @@ import newton
 import torch
 import warp as wp
 
+from nerd.device_constants import device_constant
 from nerd.envs.control import joint_pd_torques
 from nerd.envs.environment import Environment, uniform
 from nerd.errors import UserError
@@ -122,13 +123,13 @@ def end_effector_position(q: torch.Tensor) -> torch.Tensor:
     Returns:
         (..., 3) end-effector positions, world frame (the base is at the origin).
     """
-    z = q.new_tensor((0.0, 0.0, 1.0))
+    z = device_constant((0.0, 0.0, 1.0), q)
     pos = q.new_zeros(*q.shape[:-1], 3)
-    rot = q.new_tensor((0.0, 0.0, 0.0, 1.0)).expand(*q.shape[:-1], 4)
+    rot = device_constant((0.0, 0.0, 0.0, 1.0), q).expand(*q.shape[:-1], 4)
     for i, (offset, quat) in enumerate(JOINT_ORIGINS):
-        pos = pos + quat_rotate(rot, q.new_tensor(offset).expand_as(pos))
-        rot = quat_mul(quat_mul(rot, q.new_tensor(quat)), quat_from_axis_angle(z, q[..., i]))
-    return pos + quat_rotate(rot, q.new_tensor(EE_OFFSET).expand_as(pos))
+        pos = pos + quat_rotate(rot, device_constant(offset, q).expand_as(pos))
+        rot = quat_mul(quat_mul(rot, device_constant(quat, q)), quat_from_axis_angle(z, q[..., i]))
+    return pos + quat_rotate(rot, device_constant(EE_OFFSET, q).expand_as(pos))
 
 
 class Franka(Environment):

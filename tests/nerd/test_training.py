@@ -362,10 +362,11 @@ def test_rollout_selection_needs_a_rollout(pendulum_run, tmp_path):
         train(cfg, tmp_path / "x", seed=0, progress=False)
 
 
-def test_ground_truth_evaluation_has_zero_error(pendulum_run):
-    """Evaluating the ground truth against itself gives exactly zero error (the sanity check of spec §9)."""
+def test_ground_truth_evaluation_has_zero_error(pendulum_run, device):
+    """Evaluating the ground truth against itself gives exactly zero error (the sanity check of spec §9), on every
+    device (a CPU-only tensor in the metrics once failed every CUDA evaluation)."""
     results = evaluate_passive("PendulumWithContact", None, "ground-truth", 4, 6, 15, seed=500, contact_config=1,
-                               progress=False)
+                               device=device, progress=False)
     assert results["num_rollouts"] == 6 and len(results["error_vs_step"]["joint_position_error"]) == 15
     assert all(v == 0.0 for v in results["metrics"].values())
 

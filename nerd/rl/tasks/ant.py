@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import torch
 
+from nerd.device_constants import device_constant
 from nerd.frames import Y_UP_BASE_ROTATION as RELEASE_BASE_ROTATION
 from nerd.frames import quat_mul, to_y_up
 from nerd.rl.tasks.base import Task, floating_base_frame
@@ -60,7 +61,7 @@ class AntTask(Task):
     def observations(self, states: torch.Tensor, last_actions: torch.Tensor) -> torch.Tensor:
         """``[h_x, q_c ⊗ q, v_Y, ω_Y, hinge q, hinge qd, u_z]`` (N, 28), see the module docstring."""
         t = torso_frame(states)
-        quat_y_up = quat_mul(states.new_tensor(RELEASE_BASE_ROTATION).expand(len(states), 4), t["quat"])
+        quat_y_up = quat_mul(device_constant(RELEASE_BASE_ROTATION, states).expand(len(states), 4), t["quat"])
         return torch.cat([
             t["heading"][:, 0:1], quat_y_up, to_y_up(t["lin_vel"]), to_y_up(t["ang_vel"]),
             t["joint_q"], t["joint_qd"], t["up"][:, 2:3],

@@ -33,6 +33,7 @@ from typing import ClassVar
 
 import torch
 
+from nerd.device_constants import device_constant
 from nerd.envs.anymal import BASE_COM
 from nerd.frames import Y_UP_BASE_ROTATION, quat_mul, quat_rotate, to_y_up
 from nerd.rl.tasks.base import Task, floating_base_frame
@@ -51,7 +52,7 @@ def base_frame(states: torch.Tensor) -> dict[str, torch.Tensor]:
     :func:`~nerd.rl.tasks.base.floating_base_frame` (12 ``joint_q``, ``joint_qd``), except that ``lin_vel`` is the
     base origin's velocity v_com − ω × R com_b, which the release's rewards and observation use."""
     t = floating_base_frame(states, 19)
-    com = quat_rotate(t["quat"], states.new_tensor(BASE_COM).expand(len(states), 3))
+    com = quat_rotate(t["quat"], device_constant(BASE_COM, states).expand(len(states), 3))
     t["lin_vel"] = t["lin_vel"] - torch.cross(t["ang_vel"], com, dim=-1)
     return t
 
@@ -69,7 +70,7 @@ class AnymalTask(Task):
     def observations(self, states: torch.Tensor, last_actions: torch.Tensor) -> torch.Tensor:
         """``[p_z, q_c ⊗ q, v_Y, ω_Y, joint q, joint q̇, (R e_z)_z, (R e_x)_x]`` (N, 37), module docstring."""
         t = base_frame(states)
-        quat_y_up = quat_mul(states.new_tensor(Y_UP_BASE_ROTATION).expand(len(states), 4), t["quat"])
+        quat_y_up = quat_mul(device_constant(Y_UP_BASE_ROTATION, states).expand(len(states), 4), t["quat"])
         return torch.cat([
             t["height"][:, None], quat_y_up, to_y_up(t["lin_vel"]), to_y_up(t["ang_vel"]), t["joint_q"],
             t["joint_qd"], t["up"][:, 2:3], t["heading"][:, 0:1],
@@ -98,8 +99,9 @@ class AnymalTask(Task):
         """Base capsule < 0.11 m, a knee < 0.07 m (start-of-frame depths), or base origin < 0.4 m; (N,) bool."""
         if contact_depths is None:
             raise ValueError("the ANYmal termination needs the start-of-frame contact depths")
-        base = (contact_depths[:, BASE_CONTACTS] < BASE_CONTACT_MIN).any(dim=1)
-        knee = (contact_depths[:, KNEE_CONTACTS] < KNEE_CONTACT_MIN).any(dim=1)
+        base_ids, knee_ids = (device_constant(i, contact_depths, torch.long) for i in (BASE_CONTACTS, KNEE_CONTACTS))
+        base = (contact_depths[:, base_ids] < BASE_CONTACT_MIN).any(dim=1)
+        knee = (contact_depths[:, knee_ids] < KNEE_CONTACT_MIN).any(dim=1)
         return base | knee | (states[:, 2] < BASE_HEIGHT_MIN)
 
 

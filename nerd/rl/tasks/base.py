@@ -16,6 +16,7 @@ from typing import ClassVar
 
 import torch
 
+from nerd.device_constants import device_constant
 from nerd.frames import quat_rotate
 
 E_X, E_Z = (1.0, 0.0, 0.0), (0.0, 0.0, 1.0)
@@ -34,8 +35,8 @@ def floating_base_frame(states: torch.Tensor, dof_q: int) -> dict[str, torch.Ten
     return {
         "height": states[:, 2],
         "quat": quat,
-        "up": quat_rotate(quat, states.new_tensor(E_Z).expand(n, 3)),
-        "heading": quat_rotate(quat, states.new_tensor(E_X).expand(n, 3)),
+        "up": quat_rotate(quat, device_constant(E_Z, states).expand(n, 3)),
+        "heading": quat_rotate(quat, device_constant(E_X, states).expand(n, 3)),
         "lin_vel": states[:, dof_q : dof_q + 3],
         "ang_vel": states[:, dof_q + 3 : dof_q + 6],
         "joint_q": states[:, 7:dof_q],
