@@ -12,7 +12,8 @@ otherwise a randomly initialised model of the robot's CPU training config (``cfg
 throughput does not depend on the weights).
 
 FLOP floor: the model's FLOPs per env-step (torch's FlopCounterMode on the integrator's per-step prediction:
-matmuls and attention) and the machine's float32 matmul rate (1024 x 1024), measured with the same torch thread
+matmuls and attention) and the machine's float32 matmul rate (``--matmul-size``, default 1024 x 1024; on a GPU
+that size is launch-bound, so pass 8192 there), measured with the same torch thread
 count (default 1) in samples that alternate with the ground-truth and neural samples of the same row, so that a
 change of load on a shared machine hits all three alike. Floor = rate / FLOPs per env-step; "share" = neural
 env-steps/s / floor. Each rate is the best of ``--repeats`` samples (median also stored).
@@ -102,12 +103,9 @@ def flops_per_env_step(stepper) -> float:
         return count_flops(integ.predict_targets) / integ.num_envs
 
 
-MATMUL_SIZE = 1024
-"""Side of the square float32 matmul whose rate defines the floor."""
-
-
 @torch.no_grad()
-def row_rates(steppers: dict[str, object], seconds: float, repeats: int, device: str) -> dict[str, dict[str, float]]:
+def row_rates(steppers: dict[str, object], seconds: float, repeats: int, device: str,
+              matmul_size: int = 1024) -> dict[str, dict[str, float]]:
     """Env-steps/s of each stepper and the matmul rate [FLOP/s], their samples in alternation (a change of load on
     a shared machine hits all of them alike): name -> best and median of ``repeats`` samples.
 
@@ -124,13 +122,13 @@ def row_rates(steppers: dict[str, object], seconds: float, repeats: int, device:
         counter = iter(range(10**12))
         fns[name] = lambda stepper=stepper, actions=actions, counter=counter: stepper.step(
             actions[next(counter) % len(actions)])
-    a, b = (torch.randn(MATMUL_SIZE, MATMUL_SIZE, generator=gen).to(device) for _ in range(2))
-    product = torch.empty(MATMUL_SIZE, MATMUL_SIZE, device=device)
+    a, b = (torch.randn(matmul_size, matmul_size, generator=gen).to(device) for _ in range(2))
+    product = torch.empty(matmul_size, matmul_size, device=device)
     fns["matmul"] = lambda: torch.mm(a, b, out=product)
     times = time_alternating(fns, repeats, seconds / repeats, device)
     rates = {name: {"best": steppers[name].num_envs / t["best"], "median": steppers[name].num_envs / t["median"]}
              for name, t in times.items() if name != "matmul"}
-    flops = 2.0 * MATMUL_SIZE**3
+    flops = 2.0 * matmul_size**3
     rates["matmul"] = {"best": flops / times["matmul"]["best"], "median": flops / times["matmul"]["median"]}
     return rates
 
@@ -145,15 +143,18 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=None, help="timed seconds per measurement (default 4)")
     parser.add_argument("--repeats", type=int, default=4, help="samples per measurement (best and median kept)")
     parser.add_argument("--output", default=None, help="results JSON (default: bench/results/rl.json)")
+    parser.add_argument("--matmul-size", type=int, default=1024,
+                        help="side of the float32 matmul that defines the floor (default 1024; 8192 on a GPU)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     counts = args.num_envs or ((16, 64) if args.quick else (64, 512, 2048))
     seconds = args.seconds or (0.5 if args.quick else 4.0)
     output = Path(args.output or REPO / "bench" / "results" / ("rl_quick.json" if args.quick else "rl.json"))
-    rate = matmul_rate(device, repeats=args.repeats)
+    rate = matmul_rate(device, size=args.matmul_size, repeats=args.repeats)
     results = {"device": device, "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-               "torch_threads": torch.get_num_threads(), "quick": args.quick, "policy_inference": "excluded",
+               "torch_threads": torch.get_num_threads(), "quick": args.quick, "matmul_size": args.matmul_size,
+               "policy_inference": "excluded",
                "rows": []}
     for robot in args.robots:
         for n in counts:
@@ -164,14 +165,15 @@ def main() -> None:
             passive = "passive (random torques)" if getattr(steppers[NEURAL], "action_dim", 1) else "passive"
             row = {"robot": robot, "task": TASKS.get(robot, passive), "num_envs": n}
             row["neural_model"], row["flops_per_env_step"] = desc, flops_per_env_step(steppers[NEURAL])
-            rates = row_rates(steppers, seconds, args.repeats, device)
+            rates = row_rates(steppers, seconds, args.repeats, device, args.matmul_size)
             row["matmul_flops_per_s"] = rates.pop("matmul")
             row.update(rates)
             del steppers
             results["rows"].append(row)
             print(f"{robot:<19} N={n:<5} ground truth {row[GROUND_TRUTH]['best']:>11,.0f}  "
                   f"neural {row[NEURAL]['best']:>11,.0f} env-steps/s", flush=True)
-    results["matmul_flops_per_s_alone"] = {"before": rate, "after": matmul_rate(device, repeats=args.repeats)}
+    results["matmul_flops_per_s_alone"] = {"before": rate, "after": matmul_rate(device, size=args.matmul_size,
+                                                                                repeats=args.repeats)}
     for row in results["rows"]:
         row["floor_env_steps_per_s"] = row["matmul_flops_per_s"]["best"] / row["flops_per_env_step"]
         row["floor_share"] = row[NEURAL]["best"] / row["floor_env_steps_per_s"]

@@ -41,7 +41,7 @@ import torch
 
 from nerd.cli import resolve_device, run_main
 from nerd.config import load_config
-from nerd.envs import make_env
+from nerd.envs import ENV_NAMES, make_env
 from nerd.errors import UserError
 from nerd.features import signature_of_env
 from nerd.models.nerd_model import NeRDModel
@@ -53,8 +53,9 @@ from nerd.run_dir import write_text_atomic
 from nerd.training import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
-SHIPPED = {name: REPO / "pretrained_models" / "NeRD_models" / name / "model.pt"
-           for name in ("Cartpole", "PendulumWithContact")}
+SHIPPED = {name: path for name in ENV_NAMES
+           if (path := REPO / "pretrained_models" / "NeRD_models" / name / "model.pt").is_file()}
+"""The shipped NeRD model of each robot that has one."""
 
 
 def build(env_name: str, num_envs: int, model_path: str | None, model_cfg: str | None, device: str
