@@ -8,9 +8,12 @@
 # validation loss: the per-epoch rollout check needs Newton, and Warp's wheel (~150 MB) is more than the device
 # machine takes, so nothing here imports Newton. Evaluate the checkpoints afterwards with eval/eval_passive_motion.py.
 #
-# Needs data/Cartpole/{train,valid}.hdf5 (pretrained_models/NeRD_models/Cartpole/README.md, "How it was made").
+# Uses data/Cartpole/{train,valid}.hdf5 (pretrained_models/NeRD_models/Cartpole/README.md, "How it was made"); where
+# they are missing and Newton is installed, it generates them first on $DEV with those commands (TRANSITIONS for train).
 # Variables: OUT (results; default outputs/gpu), BUDGET (minutes per training; 6), DEADLINE (seconds from the
-# start after which the trainings are stopped, keeping their last epoch's checkpoints; 560), DEV (cuda), PY (python3).
+# start after which the trainings are stopped, keeping their last epoch's checkpoints; 560), DEV (cuda), PY (python3),
+# MODELS (which trainings: "paper small" side by side, or one of them alone), SMALL_LR (the small run's starting
+# learning rate; 3e-4), LR_END (1e-5), TRANSITIONS (1000000).
 # A dry run on the CPU: DEV=cpu BUDGET=0.2 bash bench/gpu_cartpole.sh
 set -u
 OUT=${OUT:-outputs/gpu}
@@ -18,6 +21,10 @@ BUDGET=${BUDGET:-6}
 DEADLINE=${DEADLINE:-560}
 DEV=${DEV:-cuda}
 PY=${PY:-python3}
+MODELS=${MODELS:-paper small}
+SMALL_LR=${SMALL_LR:-3.0e-4}
+LR_END=${LR_END:-1.0e-5}
+TRANSITIONS=${TRANSITIONS:-1000000}
 RUNS=$(mktemp -d)
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
@@ -26,6 +33,17 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
     date -u
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || echo "no nvidia-smi"
     $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
+    # 0. the data, where this machine has none
+    if [ ! -f data/Cartpole/train.hdf5 ] || [ ! -f data/Cartpole/valid.hdf5 ]; then
+        for part in "train $TRANSITIONS 0" "valid 100000 1"; do
+            set -- $part
+            $PY generate/generate_dataset.py --env-name Cartpole --num-transitions $2 --trajectory-length 100 \
+                --num-envs 2048 --seed $3 --dataset-dir data/Cartpole --dataset-name $1.hdf5 --device "$DEV" \
+                --overwrite > "$RUNS/generate_$1.log" 2>&1
+            echo "generated data/Cartpole/$1.hdf5 rc=$? at ${SECONDS}s"
+        done
+    fi
+
     # 1. the training step alone, with and without data loading, against the measured float32 matmul rate
     matmul=1024
     [ "$DEV" = cpu ] || matmul=8192
@@ -34,24 +52,32 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
         --cfg cfg/train/Cartpole/cpu.yaml cfg/train/Cartpole/paper.yaml --output "$OUT/bench_train.json"
     echo "bench_train rc=$?"
 
-    # 2. two trainings at once, time-sliced on the one GPU (in stop 22 each ran at about half its speed alone)
+    # 2. the trainings at once, time-sliced on the one GPU (in stop 22 each ran at about half its speed alone)
     common="num_epochs=100000 time_budget_minutes=$BUDGET time_budget_clock=wall model.linear_skip=true
-            rollout_eval.num_envs=0 best_checkpoint_by=valid_loss batch_size=2048 lr_end=1.0e-5"
+            rollout_eval.num_envs=0 best_checkpoint_by=valid_loss batch_size=2048 lr_end=$LR_END"
     left=$((DEADLINE - SECONDS))
-    echo "trainings start at ${SECONDS}s, stopped at the latest after ${left}s"
-    timeout $left $PY train/train.py --cfg cfg/train/Cartpole/paper.yaml --logdir "$RUNS/paper" --device "$DEV" --seed 0 \
-        --cfg-overrides $common > "$RUNS/paper.log" 2>&1 &
-    paper=$!
-    timeout $left $PY train/train.py --cfg cfg/train/Cartpole/cpu.yaml --logdir "$RUNS/small" --device "$DEV" --seed 0 \
-        --init-from pretrained_models/NeRD_models/Cartpole/model.pt \
-        --cfg-overrides $common lr_start=3.0e-4 > "$RUNS/small.log" 2>&1 &
-    small=$!
-    wait $paper; echo "paper rc=$?"
-    wait $small; echo "small rc=$?"
-    for run in paper small; do tr '\r' '\n' < "$RUNS/$run.log" | grep -v "it/s" | tail -n 4; done
+    runs=$MODELS
+    if [ $left -le 30 ]; then
+        echo "no time left for the trainings: ${SECONDS}s gone"; runs=""
+    else
+        echo "trainings ($MODELS) start at ${SECONDS}s, stopped at the latest after ${left}s"
+    fi
+    pids=""
+    for run in $runs; do
+        case $run in
+            paper) args="--cfg cfg/train/Cartpole/paper.yaml --cfg-overrides $common" ;;
+            small) args="--cfg cfg/train/Cartpole/cpu.yaml --init-from pretrained_models/NeRD_models/Cartpole/model.pt
+                         --cfg-overrides $common lr_start=$SMALL_LR" ;;
+            *) echo "unknown model '$run' in MODELS (paper, small)"; continue ;;
+        esac
+        timeout $left $PY train/train.py --logdir "$RUNS/$run" --device "$DEV" --seed 0 $args > "$RUNS/$run.log" 2>&1 &
+        pids="$pids $!"
+    done
+    for pid in $pids; do wait $pid; echo "training (pid $pid) rc=$?"; done
+    for run in $runs; do tr '\r' '\n' < "$RUNS/$run.log" | grep -v "it/s" | tail -n 4; done
 } 2>&1 | tee "$OUT/session.log"
 
-for run in paper small; do
+for run in $MODELS; do
     cp "$RUNS/$run/nn/best.pt" "$OUT/${run}_best.pt" 2>/dev/null || echo "no best.pt for $run"
 done
 tar -czf "$OUT/runs_meta.tar.gz" -C "$RUNS" --exclude='*.pt' . && rm -rf "$RUNS"
