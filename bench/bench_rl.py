@@ -34,6 +34,7 @@ from pathlib import Path
 
 import torch
 
+from nerd.checkpoint import shipped_model_path
 from nerd.cli import resolve_device, run_main
 from nerd.config import load_config
 from nerd.envs import make_env
@@ -53,8 +54,7 @@ REPO = Path(__file__).resolve().parents[1]
 ROBOTS = ("Cartpole", "PendulumWithContact", "Ant", "Anymal", "Franka", "CubeToss")
 TASKS = {"Cartpole": "swingup", "Ant": "run", "Anymal": "forward_walk", "Franka": "reach"}
 """The RL task timed per robot; a robot without one is timed on passive stepping with random torques."""
-SHIPPED = {name: path for name in ROBOTS
-           if (path := REPO / "pretrained_models" / "NeRD_models" / name / "model.pt").is_file()}
+SHIPPED = {name: path for name in ROBOTS if (path := shipped_model_path(name))}
 """The shipped NeRD model of each robot that has one; the others are timed with an untrained model."""
 TINY_MODEL = ModelConfig(transformer=TransformerConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, head_hidden=[16]))
 

@@ -10,10 +10,18 @@
 #
 # Uses data/Cartpole/{train,valid}.hdf5 (pretrained_models/NeRD_models/Cartpole/README.md, "How it was made"); where
 # they are missing and Newton is installed, it generates them first on $DEV with those commands (TRANSITIONS for train).
-# Variables: OUT (results; default outputs/gpu), BUDGET (minutes per training; 6), DEADLINE (seconds from the
-# start after which the trainings are stopped, keeping their last epoch's checkpoints; 560), DEV (cuda), PY (python3),
-# MODELS (which trainings: "paper small" side by side, or one of them alone), SMALL_LR (the small run's starting
-# learning rate; 3e-4), LR_END (1e-5), TRANSITIONS (1000000).
+# Variables:
+#   OUT       results (outputs/gpu)
+#   BUDGET    minutes of optimiser steps per training (6)
+#   DEADLINE  seconds from the start after which the trainings are stopped, keeping their last epoch's checkpoints (560)
+#   DEV, PY   device (cuda) and interpreter (python3)
+#   MODELS    which trainings: "paper small" side by side, or one of them alone; "small@1e-4 small@3e-5" trains the
+#             small model twice, side by side, from those starting learning rates ("paper small")
+#   SMALL_LR  the small run's starting learning rate where MODELS names none (3e-4)
+#   LR_END    (1e-5); WARMUP: lr_warmup, the share of the budget over which the rate first rises from 0 (0)
+#   BATCH     windows per optimiser step (2048); EXTRA: more --cfg-overrides for every training (none)
+#   BENCH     1 runs the throughput step first; 0 leaves the whole deadline to the trainings (1)
+#   TRANSITIONS  training transitions generated where the data is missing (1000000)
 # A dry run on the CPU: DEV=cpu BUDGET=0.2 bash bench/gpu_cartpole.sh
 set -u
 OUT=${OUT:-outputs/gpu}
@@ -25,6 +33,9 @@ MODELS=${MODELS:-paper small}
 SMALL_LR=${SMALL_LR:-3.0e-4}
 LR_END=${LR_END:-1.0e-5}
 TRANSITIONS=${TRANSITIONS:-1000000}
+BATCH=${BATCH:-2048}
+BENCH=${BENCH:-1}
+WARMUP=${WARMUP:-0}
 RUNS=$(mktemp -d)
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
@@ -47,14 +58,14 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
     # 1. the training step alone, with and without data loading, against the measured float32 matmul rate
     matmul=1024
     [ "$DEV" = cpu ] || matmul=8192
-    timeout 150 $PY bench/bench_train.py --device "$DEV" --dataset data/Cartpole/valid.hdf5 --repeats 3 \
+    [ "$BENCH" = 0 ] || timeout 150 $PY bench/bench_train.py --device "$DEV" --dataset data/Cartpole/valid.hdf5 --repeats 3 \
         --min-seconds 0.5 --matmul-size $matmul --batch-sizes 512 2048 \
         --cfg cfg/train/Cartpole/cpu.yaml cfg/train/Cartpole/paper.yaml --output "$OUT/bench_train.json"
-    echo "bench_train rc=$?"
+    [ "$BENCH" = 0 ] || echo "bench_train rc=$?"
 
     # 2. the trainings at once, time-sliced on the one GPU (in stop 22 each ran at about half its speed alone)
     common="num_epochs=100000 time_budget_minutes=$BUDGET time_budget_clock=wall model.linear_skip=true
-            rollout_eval.num_envs=0 best_checkpoint_by=valid_loss batch_size=2048 lr_end=$LR_END"
+            rollout_eval.num_envs=0 best_checkpoint_by=valid_loss batch_size=$BATCH lr_end=$LR_END lr_warmup=$WARMUP ${EXTRA:-}"
     left=$((DEADLINE - SECONDS))
     runs=$MODELS
     if [ $left -le 30 ]; then
@@ -66,19 +77,25 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
     for run in $runs; do
         case $run in
             paper) args="--cfg cfg/train/Cartpole/paper.yaml --cfg-overrides $common" ;;
-            small) args="--cfg cfg/train/Cartpole/cpu.yaml --init-from pretrained_models/NeRD_models/Cartpole/model.pt
-                         --cfg-overrides $common lr_start=$SMALL_LR" ;;
+            small|small@*)
+                lr=${run#small@}; [ "$lr" = "$run" ] && lr=$SMALL_LR
+                args="--cfg cfg/train/Cartpole/cpu.yaml --init-from pretrained_models/NeRD_models/Cartpole/model.pt
+                      --cfg-overrides $common lr_start=$lr" ;;
             *) echo "unknown model '$run' in MODELS (paper, small)"; continue ;;
         esac
-        timeout $left $PY train/train.py --logdir "$RUNS/$run" --device "$DEV" --seed 0 $args > "$RUNS/$run.log" 2>&1 &
+        name=${run//@/_lr}  # file names without '@'
+        timeout $left $PY train/train.py --logdir "$RUNS/$name" --device "$DEV" --seed 0 $args > "$RUNS/$name.log" 2>&1 &
         pids="$pids $!"
     done
     for pid in $pids; do wait $pid; echo "training (pid $pid) rc=$?"; done
-    for run in $runs; do tr '\r' '\n' < "$RUNS/$run.log" | grep -v "it/s" | tail -n 4; done
+    for run in $runs; do echo "== $run"; tr '\r' '\n' < "$RUNS/${run//@/_lr}.log" | grep -v "it/s" | tail -n 4; done
 } 2>&1 | tee "$OUT/session.log"
 
 for run in $MODELS; do
-    cp "$RUNS/$run/nn/best.pt" "$OUT/${run}_best.pt" 2>/dev/null || echo "no best.pt for $run"
+    name=${run//@/_lr}
+    for ckpt in best last; do
+        cp "$RUNS/$name/nn/$ckpt.pt" "$OUT/${name}_$ckpt.pt" 2>/dev/null || echo "no $ckpt.pt for $run"
+    done
 done
 tar -czf "$OUT/runs_meta.tar.gz" -C "$RUNS" --exclude='*.pt' . && rm -rf "$RUNS"
 ls -la "$OUT"

@@ -39,9 +39,10 @@ from pathlib import Path
 import newton
 import torch
 
+from nerd.checkpoint import shipped_model_path
 from nerd.cli import resolve_device, run_main
 from nerd.config import load_config
-from nerd.envs import ENV_NAMES, make_env
+from nerd.envs import make_env
 from nerd.errors import UserError
 from nerd.features import signature_of_env
 from nerd.models.nerd_model import NeRDModel
@@ -53,9 +54,6 @@ from nerd.run_dir import write_text_atomic
 from nerd.training import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
-SHIPPED = {name: path for name in ENV_NAMES
-           if (path := REPO / "pretrained_models" / "NeRD_models" / name / "model.pt").is_file()}
-"""The shipped NeRD model of each robot that has one."""
 
 
 def build(env_name: str, num_envs: int, model_path: str | None, model_cfg: str | None, device: str
@@ -68,19 +66,17 @@ def build(env_name: str, num_envs: int, model_path: str | None, model_cfg: str |
         torch.manual_seed(0)
         model = NeRDModel(sig.input_groups, sig.target_dim, cfg.model)
         return NeuralEnvironment(env, model, NEURAL, cfg.history_length), f"randomly initialised, {model_cfg}"
-    path = model_path or SHIPPED.get(env_name)
+    path = model_path or shipped_model_path(env_name)
     if path is None:
         raise UserError(f"{env_name} has no shipped model; pass --model-path or --model-cfg")
     return NeuralEnvironment.from_checkpoint(env, path, NEURAL), str(Path(path).relative_to(REPO)
                                                                     if Path(path).is_relative_to(REPO) else path)
 
 
-MATMUL_SIZE = 1024
-"""Side of the square float32 matmul whose rate defines the floor."""
-
-
-def profile(nenv: NeuralEnvironment, repeats: int, min_seconds: float, compile_model: bool) -> dict:
-    """Seconds per stage (best, median), the model's FLOPs per env-step and the matmul rate."""
+def profile(nenv: NeuralEnvironment, repeats: int, min_seconds: float, compile_model: bool,
+            matmul_size: int = 1024) -> dict:
+    """Seconds per stage (best, median), the model's FLOPs per env-step and the rate of a ``matmul_size``-square
+    float32 matmul, the floor's reference."""
     env, integ = nenv.env, nenv.integrator
     n, dof_q, device = nenv.num_envs, nenv.signature.dof_q, nenv.torch_device
     model = integ.nerd_model
@@ -109,9 +105,9 @@ def profile(nenv: NeuralEnvironment, repeats: int, min_seconds: float, compile_m
     def nan_check():
         return bool(torch.isfinite(next_states).all() & torch.isfinite(groups["joint_acts"]).all())
 
-    rate_before = matmul_rate(device, repeats=repeats)
-    a, b = (torch.randn(MATMUL_SIZE, MATMUL_SIZE, generator=gen).to(device) for _ in range(2))
-    product = torch.empty(MATMUL_SIZE, MATMUL_SIZE, device=device)
+    rate_before = matmul_rate(device, size=matmul_size, repeats=repeats)
+    a, b = (torch.randn(matmul_size, matmul_size, generator=gen).to(device) for _ in range(2))
+    product = torch.empty(matmul_size, matmul_size, device=device)
     with torch.inference_mode():
         # Every stage, the whole step and the matmul rate's own sample in alternation (a, b, ..., a, b, ...):
         # on a shared machine a change of load then hits all of them alike, and their ratios stay fair.
@@ -142,14 +138,14 @@ def profile(nenv: NeuralEnvironment, repeats: int, min_seconds: float, compile_m
         flops_fast = count_flops(lambda: model.predict_last(tokens, last)) / n
         flops_full = count_flops(lambda: model.backbone(tokens)) / n
         operators = model_operator_shares(lambda: model.predict_last(tokens, last, integ.chunk_envs))
-    rate_after = matmul_rate(device, repeats=repeats)
+    rate_after = matmul_rate(device, size=matmul_size, repeats=repeats)
     syncs = None
     if torch.device(device).type == "cuda":
         syncs = {"nan check on": count_host_syncs(nenv, zero)}
         nenv.set_nan_check(False)
         syncs["nan check off"] = count_host_syncs(nenv, zero)
         nenv.set_nan_check(True)
-    flops = 2.0 * MATMUL_SIZE**3
+    flops = 2.0 * matmul_size**3
     rate = {"best": flops / mm["best"], "median": flops / mm["median"],
             "alone_before": rate_before["best"], "alone_after": rate_after["best"]}
     return {"stages_s": stages, "step_s": step, "compiled_step_s": step_compiled, "prediction_variants_s": variants,
@@ -217,13 +213,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--min-seconds", type=float, default=0.3)
     parser.add_argument("--compile", action="store_true", help="also time torch.compile of the model")
+    parser.add_argument("--matmul-size", type=int, default=1024,
+                        help="side of the float32 matmul that defines the floor (default 1024; 8192 on a GPU)")
     parser.add_argument("--output", default=None,
                         help="results JSON (default: bench/results/profile_step_<env>_<N>.json)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     nenv, model_desc = build(args.env_name, args.num_envs, args.model_path, args.model_cfg, device)
-    result = profile(nenv, args.repeats, args.min_seconds, args.compile)
+    result = profile(nenv, args.repeats, args.min_seconds, args.compile, args.matmul_size)
     n = args.num_envs
     result.update({"env_name": args.env_name, "num_envs": n, "model": model_desc, "device": device,
                    "torch_threads": torch.get_num_threads(),

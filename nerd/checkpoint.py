@@ -26,6 +26,16 @@ from nerd.models.nerd_model import NeRDModel
 CHECKPOINT_FORMAT = "nerd-checkpoint-v1"
 
 
+SHIPPED_MODELS = Path(__file__).resolve().parents[1] / "pretrained_models" / "NeRD_models"
+"""Where a source checkout keeps the shipped NeRD models, one ``<robot>/model.pt`` each."""
+
+
+def shipped_model_path(env_name: str) -> Path | None:
+    """The shipped NeRD model of ``env_name`` in this source checkout, or None where the robot has none."""
+    path = SHIPPED_MODELS / env_name / "model.pt"
+    return path if path.is_file() else None
+
+
 def save_checkpoint(path: str | Path, model: NeRDModel, signature: RobotSignature, config: dict[str, Any], *,
                     history_length: int, epoch: int = 0, optimizer: torch.optim.Optimizer | None = None,
                     extra: dict[str, Any] | None = None) -> Path:

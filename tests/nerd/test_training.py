@@ -391,9 +391,20 @@ def test_rollout_check_never_starts_where_the_evaluation_does():
 
 def test_learning_rate_decays_linearly():
     """lr goes from lr_start at the first step to lr_end at the last."""
-    assert get_lr(0, 11, 1e-3, 1e-4) == 1e-3
-    assert abs(get_lr(10, 11, 1e-3, 1e-4) - 1e-4) < 1e-12
-    assert abs(get_lr(5, 11, 1e-3, 1e-4) - 5.5e-4) < 1e-12
+    assert get_lr(0.0, 1e-3, 1e-4) == 1e-3
+    assert abs(get_lr(1.0, 1e-3, 1e-4) - 1e-4) < 1e-12
+    assert abs(get_lr(0.5, 1e-3, 1e-4) - 5.5e-4) < 1e-12
+
+
+def test_learning_rate_warms_up_then_decays():
+    """With a warm-up the rate rises from 0 to lr_start over that fraction, then decays over the rest."""
+    assert get_lr(0.0, 1e-3, 1e-4, warmup=0.2) == 0.0
+    assert abs(get_lr(0.1, 1e-3, 1e-4, warmup=0.2) - 5e-4) < 1e-12
+    assert abs(get_lr(0.2, 1e-3, 1e-4, warmup=0.2) - 1e-3) < 1e-12
+    assert abs(get_lr(0.6, 1e-3, 1e-4, warmup=0.2) - 5.5e-4) < 1e-12
+    assert abs(get_lr(1.0, 1e-3, 1e-4, warmup=0.2) - 1e-4) < 1e-12
+    with pytest.raises(ConfigError, match="lr_warmup"):
+        TrainConfig(env_name="Cartpole", lr_warmup=1.0)
 
 
 def test_one_evaluation_reports_every_standard_horizon(pendulum_run):

@@ -16,6 +16,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from nerd.checkpoint import shipped_model_path
 from nerd.envs import make_env
 from nerd.modes import NEURAL
 from nerd.neural_environment import NeuralEnvironment
@@ -65,7 +66,7 @@ def test_neural_step_syncs_at_most_once(robot):
     """A steady-state NeRD step (shipped model, no env resetting) builds no tensor from host data and reads back at
     most once: the passive step's NaN check, or the RL step's one ``tolist`` (which the dispatcher does not see)."""
     n = 4
-    model = REPO / "pretrained_models" / "NeRD_models" / robot / "model.pt"
+    model = shipped_model_path(robot)
     nenv = NeuralEnvironment.from_checkpoint(make_env(robot, n), model, NEURAL)
     vec = NeRDVecEnv(nenv, make_task(robot, TASKS[robot], n, nenv.torch_device), seed=0)
     vec.reset()
