@@ -22,6 +22,8 @@
 #   BATCH     windows per optimiser step (2048); EXTRA: more --cfg-overrides for every training (none)
 #   BENCH     1 runs the throughput step first; 0 leaves the whole deadline to the trainings (1)
 #   TRANSITIONS  training transitions generated where the data is missing (1000000)
+#   INIT      the weights the small runs start from (pretrained_models/NeRD_models/Cartpole/model.pt)
+#   TRAIN     the training data (data/Cartpole/train.hdf5); another file is used as it is, never generated
 # A dry run on the CPU: DEV=cpu BUDGET=0.2 bash bench/gpu_cartpole.sh
 set -u
 OUT=${OUT:-outputs/gpu}
@@ -33,6 +35,8 @@ MODELS=${MODELS:-paper small}
 SMALL_LR=${SMALL_LR:-3.0e-4}
 LR_END=${LR_END:-1.0e-5}
 TRANSITIONS=${TRANSITIONS:-1000000}
+TRAIN=${TRAIN:-data/Cartpole/train.hdf5}
+INIT=${INIT:-pretrained_models/NeRD_models/Cartpole/model.pt}
 BATCH=${BATCH:-2048}
 BENCH=${BENCH:-1}
 WARMUP=${WARMUP:-0}
@@ -44,16 +48,17 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
     date -u
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || echo "no nvidia-smi"
     $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
-    # 0. the data, where this machine has none
-    if [ ! -f data/Cartpole/train.hdf5 ] || [ ! -f data/Cartpole/valid.hdf5 ]; then
-        for part in "train $TRANSITIONS 0" "valid 100000 1"; do
-            set -- $part
-            $PY generate/generate_dataset.py --env-name Cartpole --num-transitions $2 --trajectory-length 100 \
-                --num-envs 2048 --seed $3 --dataset-dir data/Cartpole --dataset-name $1.hdf5 --device "$DEV" \
-                --overwrite > "$RUNS/generate_$1.log" 2>&1
-            echo "generated data/Cartpole/$1.hdf5 rc=$? at ${SECONDS}s"
-        done
-    fi
+    # 0. the data, where this machine has none (the release's sampler; another TRAIN file must be carried here)
+    for part in "train $TRANSITIONS 0" "valid 100000 1"; do
+        set -- $part
+        file=data/Cartpole/$1.hdf5
+        if [ -f "$file" ] || { [ "$1" = train ] && [ "$TRAIN" != "$file" ]; }; then continue; fi
+        $PY generate/generate_dataset.py --env-name Cartpole --num-transitions $2 --trajectory-length 100 \
+            --num-envs 2048 --seed $3 --dataset-dir data/Cartpole --dataset-name $1.hdf5 --device "$DEV" \
+            --overwrite > "$RUNS/generate_$1.log" 2>&1
+        echo "generated $file rc=$? at ${SECONDS}s"
+    done
+    [ -f "$TRAIN" ] || echo "missing $TRAIN: carry it to this machine (only the release's data is generated here)"
 
     # 1. the training step alone, with and without data loading, against the measured float32 matmul rate
     matmul=1024
@@ -65,7 +70,7 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
 
     # 2. the trainings at once, time-sliced on the one GPU (in stop 22 each ran at about half its speed alone)
     common="num_epochs=100000 time_budget_minutes=$BUDGET time_budget_clock=wall model.linear_skip=true
-            rollout_eval.num_envs=0 best_checkpoint_by=valid_loss batch_size=$BATCH lr_end=$LR_END lr_warmup=$WARMUP ${EXTRA:-}"
+            rollout_eval.num_envs=0 best_checkpoint_by=valid_loss batch_size=$BATCH lr_end=$LR_END lr_warmup=$WARMUP dataset.train=$TRAIN ${EXTRA:-}"
     left=$((DEADLINE - SECONDS))
     runs=$MODELS
     if [ $left -le 30 ]; then
@@ -79,7 +84,7 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
             paper) args="--cfg cfg/train/Cartpole/paper.yaml --cfg-overrides $common" ;;
             small|small@*)
                 lr=${run#small@}; [ "$lr" = "$run" ] && lr=$SMALL_LR
-                args="--cfg cfg/train/Cartpole/cpu.yaml --init-from pretrained_models/NeRD_models/Cartpole/model.pt
+                args="--cfg cfg/train/Cartpole/cpu.yaml --init-from $INIT
                       --cfg-overrides $common lr_start=$lr" ;;
             *) echo "unknown model '$run' in MODELS (paper, small)"; continue ;;
         esac
