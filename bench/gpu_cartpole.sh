@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# One call on a lent GPU machine, from the repository root: the training step's throughput on CUDA, then two
-# Cartpole trainings side by side on the one GPU, for a wall-clock budget each:
+# One call on a lent GPU machine, from the repository root: the training step's throughput on CUDA, then Cartpole
+# trainings side by side on the one GPU (MODELS), for a wall-clock budget each:
 #   paper  the release's architecture (cfg/train/Cartpole/paper.yaml, ~2.7 M parameters) from scratch
-#   small  the shipped CPU-sized model (cfg/train/Cartpole/cpu.yaml) trained on from its weights (in stop 22 that
-#          was stop 21's model; this run and a second one made today's, pretrained_models/NeRD_models/Cartpole/README.md)
-# Both with batches of 2048 windows, the linear skip path, the learning rate annealed to 1e-5, best.pt by the
-# validation loss: the per-epoch rollout check needs Newton, and Warp's wheel (~150 MB) is more than the device
+#   small  the CPU-sized model (cfg/train/Cartpole/cpu.yaml) trained on from INIT's weights (the shipped model's
+#          GPU steps were made this way: pretrained_models/NeRD_models/Cartpole/README.md)
+# All with the linear skip path, the learning rate annealed to LR_END, best.pt by the validation loss: the per-epoch rollout check needs Newton, and Warp's wheel (~150 MB) is more than the device
 # machine takes, so nothing here imports Newton. Evaluate the checkpoints afterwards with eval/eval_passive_motion.py.
 #
 # Uses data/Cartpole/{train,valid}.hdf5 (pretrained_models/NeRD_models/Cartpole/README.md, "How it was made"); where
@@ -41,6 +40,7 @@ BATCH=${BATCH:-2048}
 BENCH=${BENCH:-1}
 WARMUP=${WARMUP:-0}
 RUNS=$(mktemp -d)
+name() { echo "${1//@/_lr}"; }  # a run's file names, without '@'
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
 
@@ -88,18 +88,17 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
                       --cfg-overrides $common lr_start=$lr" ;;
             *) echo "unknown model '$run' in MODELS (paper, small)"; continue ;;
         esac
-        name=${run//@/_lr}  # file names without '@'
-        timeout $left $PY train/train.py --logdir "$RUNS/$name" --device "$DEV" --seed 0 $args > "$RUNS/$name.log" 2>&1 &
+        timeout $left $PY train/train.py --logdir "$RUNS/$(name $run)" --device "$DEV" --seed 0 $args \
+            > "$RUNS/$(name $run).log" 2>&1 &
         pids="$pids $!"
     done
     for pid in $pids; do wait $pid; echo "training (pid $pid) rc=$?"; done
-    for run in $runs; do echo "== $run"; tr '\r' '\n' < "$RUNS/${run//@/_lr}.log" | grep -v "it/s" | tail -n 4; done
+    for run in $runs; do echo "== $run"; tr '\r' '\n' < "$RUNS/$(name $run).log" | grep -v "it/s" | tail -n 4; done
 } 2>&1 | tee "$OUT/session.log"
 
 for run in $MODELS; do
-    name=${run//@/_lr}
     for ckpt in best last; do
-        cp "$RUNS/$name/nn/$ckpt.pt" "$OUT/${name}_$ckpt.pt" 2>/dev/null || echo "no $ckpt.pt for $run"
+        cp "$RUNS/$(name $run)/nn/$ckpt.pt" "$OUT/$(name $run)_$ckpt.pt" 2>/dev/null || echo "no $ckpt.pt for $run"
     done
 done
 tar -czf "$OUT/runs_meta.tar.gz" -C "$RUNS" --exclude='*.pt' . && rm -rf "$RUNS"

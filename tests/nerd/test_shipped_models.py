@@ -6,12 +6,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from nerd.checkpoint import read_checkpoint
+from nerd.checkpoint import SHIPPED_MODELS, read_checkpoint
 from nerd.evaluation import evaluate_passive
 from nerd.modes import NEURAL
 
 REPO = Path(__file__).resolve().parents[2]
-MODELS = REPO / "pretrained_models/NeRD_models"
+MODELS = SHIPPED_MODELS
 # One folder per robot (its default model), and folders within it for a robot's other models (e.g. Ant/saturating_held).
 SHIPPED = sorted(p.parent for p in MODELS.rglob("model.pt"))
 
