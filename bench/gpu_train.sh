@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# One call on a lent GPU machine, from the repository root: the training step's throughput on CUDA, then Cartpole
-# trainings side by side on the one GPU (MODELS), for a wall-clock budget each:
-#   paper  the release's architecture (cfg/train/Cartpole/paper.yaml, ~2.7 M parameters) from scratch
-#   small  the CPU-sized model (cfg/train/Cartpole/cpu.yaml) trained on from INIT's weights (the shipped model's
+# One call on a lent GPU machine, from the repository root: the training step's throughput on CUDA, then trainings
+# of one robot's NeRD model (ENV) side by side on the one GPU (MODELS), for a wall-clock budget each:
+#   paper  the release's architecture (cfg/train/$ENV/paper.yaml) from scratch
+#   small  the CPU-sized model (cfg/train/$ENV/cpu.yaml) trained on from INIT's weights (the shipped Cartpole model's
 #          GPU steps were made this way: pretrained_models/NeRD_models/Cartpole/README.md)
-# All with the linear skip path, the learning rate annealed to LR_END, best.pt by the validation loss: the per-epoch rollout check needs Newton, and Warp's wheel (~150 MB) is more than the device
-# machine takes, so nothing here imports Newton. Evaluate the checkpoints afterwards with eval/eval_passive_motion.py.
+# All with the linear skip path and the learning rate annealed to LR_END. best.pt is chosen by the per-epoch rollout
+# check (the robot's env reset, CHECK_ENVS rollouts x CHECK_H steps) where Newton imports, else by the validation
+# loss: Warp's wheel is more than one call carries, so Newton is there only when it was carried in parts beforehand
+# (docs/results.md, "The CUDA path"). Evaluate the checkpoints afterwards with eval/eval_passive_motion.py.
 #
-# Uses data/Cartpole/{train,valid}.hdf5 (pretrained_models/NeRD_models/Cartpole/README.md, "How it was made"); where
-# they are missing and Newton is installed, it generates them first on $DEV with those commands (TRANSITIONS for train).
+# Uses data/$ENV/{train,valid}.hdf5 (the "How it was made" commands of pretrained_models/NeRD_models/$ENV/README.md);
+# where they are missing and Newton is installed, it generates them first on $DEV with those commands (TRANSITIONS
+# for train). The Ant's 1 M transitions (750 MB) are far more than a call carries, so on a GPU machine they are made there.
 # Variables:
+#   ENV       Cartpole or Ant (Cartpole)
 #   OUT       results (outputs/gpu)
 #   BUDGET    minutes of optimiser steps per training (6)
 #   DEADLINE  seconds from the start after which the trainings are stopped, keeping their last epoch's checkpoints (560)
@@ -21,10 +25,13 @@
 #   BATCH     windows per optimiser step (2048); EXTRA: more --cfg-overrides for every training (none)
 #   BENCH     1 runs the throughput step first; 0 leaves the whole deadline to the trainings (1)
 #   TRANSITIONS  training transitions generated where the data is missing (1000000)
-#   INIT      the weights the small runs start from (pretrained_models/NeRD_models/Cartpole/model.pt)
-#   TRAIN     the training data (data/Cartpole/train.hdf5); another file is used as it is, never generated
-# A dry run on the CPU: DEV=cpu BUDGET=0.2 bash bench/gpu_cartpole.sh
+#   INIT      the weights the small runs start from (pretrained_models/NeRD_models/$ENV/model.pt)
+#   TRAIN     the training data (data/$ENV/train.hdf5); another file is used as it is, never generated
+#   CHECK     rollout or valid_loss: what picks best.pt (rollout where Newton imports)
+#   CHECK_ENVS, CHECK_H  the rollout check's size (Cartpole 256 x 1000, Ant 128 x 500: the evaluated horizons)
+# A dry run on the CPU: DEV=cpu BUDGET=0.2 bash bench/gpu_train.sh   (ENV=Ant ... for the Ant)
 set -u
+ENV=${ENV:-Cartpole}
 OUT=${OUT:-outputs/gpu}
 BUDGET=${BUDGET:-6}
 DEADLINE=${DEADLINE:-560}
@@ -34,15 +41,20 @@ MODELS=${MODELS:-paper small}
 SMALL_LR=${SMALL_LR:-3.0e-4}
 LR_END=${LR_END:-1.0e-5}
 TRANSITIONS=${TRANSITIONS:-1000000}
-TRAIN=${TRAIN:-data/Cartpole/train.hdf5}
-INIT=${INIT:-pretrained_models/NeRD_models/Cartpole/model.pt}
+TRAIN=${TRAIN:-data/$ENV/train.hdf5}
+INIT=${INIT:-pretrained_models/NeRD_models/$ENV/model.pt}
 BATCH=${BATCH:-2048}
 BENCH=${BENCH:-1}
 WARMUP=${WARMUP:-0}
+case $ENV in
+    Cartpole) gen_envs=2048; CHECK_ENVS=${CHECK_ENVS:-256}; CHECK_H=${CHECK_H:-1000} ;;
+    Ant) gen_envs=1000; CHECK_ENVS=${CHECK_ENVS:-128}; CHECK_H=${CHECK_H:-500} ;;
+    *) echo "ENV must be Cartpole or Ant, not '$ENV'"; exit 2 ;;
+esac
 RUNS=$(mktemp -d)
 name() { echo "${1//@/_lr}"; }  # a run's file names, without '@'
 mkdir -p "$OUT"
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
 
 {
     date -u
@@ -51,10 +63,10 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
     # 0. the data, where this machine has none (the release's sampler; another TRAIN file must be carried here)
     for part in "train $TRANSITIONS 0" "valid 100000 1"; do
         set -- $part
-        file=data/Cartpole/$1.hdf5
+        file=data/$ENV/$1.hdf5
         if [ -f "$file" ] || { [ "$1" = train ] && [ "$TRAIN" != "$file" ]; }; then continue; fi
-        $PY generate/generate_dataset.py --env-name Cartpole --num-transitions $2 --trajectory-length 100 \
-            --num-envs 2048 --seed $3 --dataset-dir data/Cartpole --dataset-name $1.hdf5 --device "$DEV" \
+        $PY generate/generate_dataset.py --env-name $ENV --num-transitions $2 --trajectory-length 100 \
+            --num-envs $gen_envs --seed $3 --dataset-dir data/$ENV --dataset-name $1.hdf5 --device "$DEV" \
             --overwrite > "$RUNS/generate_$1.log" 2>&1
         echo "generated $file rc=$? at ${SECONDS}s"
     done
@@ -63,14 +75,20 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
     # 1. the training step alone, with and without data loading, against the measured float32 matmul rate
     matmul=1024
     [ "$DEV" = cpu ] || matmul=8192
-    [ "$BENCH" = 0 ] || timeout 150 $PY bench/bench_train.py --device "$DEV" --dataset data/Cartpole/valid.hdf5 --repeats 3 \
+    [ "$BENCH" = 0 ] || timeout 150 $PY bench/bench_train.py --device "$DEV" --dataset data/$ENV/valid.hdf5 --repeats 3 \
         --min-seconds 0.5 --matmul-size $matmul --batch-sizes 512 2048 \
-        --cfg cfg/train/Cartpole/cpu.yaml cfg/train/Cartpole/paper.yaml --output "$OUT/bench_train.json"
+        --cfg cfg/train/$ENV/cpu.yaml cfg/train/$ENV/paper.yaml --output "$OUT/bench_train.json"
     [ "$BENCH" = 0 ] || echo "bench_train rc=$?"
 
     # 2. the trainings at once, time-sliced on the one GPU (in stop 22 each ran at about half its speed alone)
+    if [ -z "${CHECK:-}" ]; then
+        CHECK=valid_loss; $PY -c "import newton" 2>/dev/null && CHECK=rollout
+    fi
+    check="rollout_eval.num_envs=0 best_checkpoint_by=valid_loss"
+    [ "$CHECK" = rollout ] && check="rollout_eval.num_envs=$CHECK_ENVS rollout_eval.horizon=$CHECK_H best_checkpoint_by=rollout"
+    echo "best.pt by $CHECK"
     common="num_epochs=100000 time_budget_minutes=$BUDGET time_budget_clock=wall model.linear_skip=true
-            rollout_eval.num_envs=0 best_checkpoint_by=valid_loss batch_size=$BATCH lr_end=$LR_END lr_warmup=$WARMUP dataset.train=$TRAIN ${EXTRA:-}"
+            $check batch_size=$BATCH lr_end=$LR_END lr_warmup=$WARMUP dataset.train=$TRAIN ${EXTRA:-}"
     left=$((DEADLINE - SECONDS))
     runs=$MODELS
     if [ $left -le 30 ]; then
@@ -81,10 +99,10 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
     pids=""
     for run in $runs; do
         case $run in
-            paper) args="--cfg cfg/train/Cartpole/paper.yaml --cfg-overrides $common" ;;
+            paper) args="--cfg cfg/train/$ENV/paper.yaml --cfg-overrides $common" ;;
             small|small@*)
                 lr=${run#small@}; [ "$lr" = "$run" ] && lr=$SMALL_LR
-                args="--cfg cfg/train/Cartpole/cpu.yaml --init-from $INIT
+                args="--cfg cfg/train/$ENV/cpu.yaml --init-from $INIT
                       --cfg-overrides $common lr_start=$lr" ;;
             *) echo "unknown model '$run' in MODELS (paper, small)"; continue ;;
         esac
