@@ -16,19 +16,17 @@ Example (the numbers in pretrained_models/NeRD_models/Ant/README.md):
         --num-rollouts 256 --horizon 200 --output bench/results/ant_landing.json
 """
 
-import json
 from pathlib import Path
 
 import torch
 
-from nerd.cli import add_common_args, check_json_output, check_output, make_parser, resolve_device, run_main
+from nerd.cli import add_common_args, check_report_outputs, make_parser, resolve_device, run_main, write_report
 from nerd.envs import make_env
 from nerd.envs.ant import HINGES
 from nerd.evaluation import initial_state_sampler, rollout
 from nerd.frames import quat_rotate
 from nerd.modes import GROUND_TRUTH, NEURAL
 from nerd.neural_environment import NeuralEnvironment
-from nerd.run_dir import write_text_atomic
 
 TABLE_STEPS = (10, 20, 30, 50, 100, 200, 500)
 _HINGE0 = 7  # first hinge coordinate of the Ant's q: after the free joint's position and quaternion
@@ -119,15 +117,10 @@ def main() -> None:
     parser.add_argument("--output", required=True, help="JSON path; the table (.md) and plot (.png) go beside it")
     add_common_args(parser, seed_default=500)
     args = parser.parse_args()
-    output, png = check_json_output(args.output, args.overwrite, ".png")
-    check_output(output.with_suffix(".md"), args.overwrite)
+    output, png = check_report_outputs(args.output, args.overwrite, plot=True)
     results = landing(args.model_paths, args.num_rollouts, args.horizon, args.seed, args.side_threshold,
                       resolve_device(args.device))
-    table = format_table(results)
-    print(table)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(output, json.dumps(results, indent=1))
-    write_text_atomic(output.with_suffix(".md"), table + "\n")
+    write_report(output, results, format_table(results))
     plot(results, png)
 
 

@@ -14,7 +14,6 @@ Example (the numbers in docs/accuracy.md):
         --output bench/results/gt_sensitivity_cartpole.json
 """
 
-import json
 from pathlib import Path
 
 import torch
@@ -23,15 +22,14 @@ from tqdm import tqdm
 from nerd.cli import (
     add_common_args,
     add_mass_matrix_refresh_arg,
-    check_json_output,
-    check_output,
+    check_report_outputs,
     make_parser,
     resolve_device,
     run_main,
+    write_report,
 )
 from nerd.envs import ENV_NAMES, make_env
 from nerd.evaluation import INITIAL_STATES, REPORT_HORIZONS, initial_state_sampler, metric_units, state_errors
-from nerd.run_dir import write_text_atomic
 
 
 def sensitivity(env_name: str, num_rollouts: int, horizon: int, epsilons: list[float], distributions: list[str],
@@ -129,15 +127,10 @@ def main() -> None:
     add_mass_matrix_refresh_arg(parser)
     add_common_args(parser, seed_default=500)
     args = parser.parse_args()
-    output, png = check_json_output(args.output, args.overwrite, ".png")
-    check_output(output.with_suffix(".md"), args.overwrite)
+    output, png = check_report_outputs(args.output, args.overwrite, plot=True)
     results = sensitivity(args.env_name, args.num_rollouts, args.horizon, args.eps, args.initial_states, args.seed,
                           resolve_device(args.device), args.mass_matrix_refresh, args.contact_config)
-    table = format_table(results)
-    print(table)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(output, json.dumps(results, indent=1))
-    write_text_atomic(output.with_suffix(".md"), table + "\n")
+    write_report(output, results, format_table(results))
     plot(results, png)
 
 

@@ -15,19 +15,17 @@ Example (the numbers in docs/results.md, Ant run):
         --datasets data/Ant/train.hdf5 data/Ant_logu/train.hdf5 --output bench/results/torque_usage_ant_run.json
 """
 
-import json
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-from nerd.cli import add_common_args, check_json_output, check_output, make_parser, resolve_device, run_main
+from nerd.cli import add_common_args, check_report_outputs, make_parser, resolve_device, run_main, write_report
 from nerd.datasets.hdf5 import load_trajectories
 from nerd.errors import UserError
 from nerd.rl.config import RLConfig, load_rl_config, with_num_envs
 from nerd.rl.runner import load_policy
 from nerd.rl.vec_env import NeRDVecEnv, make_vec_env
-from nerd.run_dir import write_text_atomic
 
 THRESHOLDS = (0.5, 0.9)
 
@@ -93,8 +91,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.torque_limit is None and not args.datasets:
         raise UserError("give --datasets or --torque-limit: the torques are reported relative to a limit")
-    output, _ = check_json_output(args.output, args.overwrite, None)
-    check_output(output.with_suffix(".md"), args.overwrite)
+    output, _ = check_report_outputs(args.output, args.overwrite, plot=False)
     device = resolve_device(args.device)
     sources = {str(p): dataset_torques(p) for p in args.datasets}
     if args.torque_limit is not None:
@@ -113,11 +110,7 @@ def main() -> None:
     result = {"rl_cfg": args.rl_cfg, "num_envs": args.num_envs, "steps": args.steps, "seed": args.seed,
               "limit": limit.tolist(), "limit_source": limit_source,
               "rows": [{"source": name, **usage_stats(t, limit)} for name, t in sources.items()]}
-    table = format_table(result)
-    print(table)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(output, json.dumps(result, indent=1))
-    write_text_atomic(output.with_suffix(".md"), table + "\n")
+    write_report(output, result, format_table(result))
 
 
 if __name__ == "__main__":

@@ -116,6 +116,28 @@ def check_json_output(path: str | Path, overwrite: bool, sibling_suffix: str | N
     return path, sibling
 
 
+def check_report_outputs(path: str | Path, overwrite: bool, plot: bool) -> tuple[Path, Path | None]:
+    """Check a benchmark report's ``--output`` JSON, the Markdown table beside it and, with ``plot``, its PNG.
+
+    Returns (JSON path, PNG path or None); see :func:`check_json_output`.
+    """
+    output, png = check_json_output(path, overwrite, ".png" if plot else None)
+    check_output(output.with_suffix(".md"), overwrite)
+    return output, png
+
+
+def write_report(output: Path, results: dict, table: str) -> None:
+    """Print a benchmark's Markdown table and write it and the results JSON (each file whole or not at all)."""
+    import json
+
+    from nerd.run_dir import write_text_atomic
+
+    print(table)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(output, json.dumps(results, indent=1))
+    write_text_atomic(output.with_suffix(".md"), table + "\n")
+
+
 class Terminated(KeyboardInterrupt):
     """Raised in the main thread on SIGTERM."""
 
