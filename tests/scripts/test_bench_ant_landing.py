@@ -43,4 +43,5 @@ def test_the_ground_truth_falls_freely_until_it_lands(tmp_path, monkeypatch, cap
     assert abs((truth["height"][0] - truth["height"][10]) - 9.81 * t * t / 2) < 0.015
     assert truth["height"][0] == model["height"][0]  # both start from the same states
     assert all(0.0 <= share <= 1.0 for share in model["hips_wrong_side"])
+    assert model["hip_bias"][0] == 0.0 and "hip_bias" not in truth
     assert (tmp_path / "landing.md").exists() and (tmp_path / "landing.png").exists()
