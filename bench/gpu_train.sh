@@ -26,7 +26,8 @@
 #   BENCH     1 runs the throughput step first; 0 leaves the whole deadline to the trainings (1)
 #   TRANSITIONS  training transitions generated where the data is missing (1000000)
 #   INIT      the weights the small runs start from (pretrained_models/NeRD_models/$ENV/model.pt)
-#   TRAIN     the training data (data/$ENV/train.hdf5); another file is used as it is, never generated
+#   TRAIN     the training data (data/$ENV/train.hdf5); another file is used as it is, and generated only with TRAIN_GEN
+#   TRAIN_GEN generation options for a missing TRAIN file, e.g. "--torque-scale log-uniform" (none: not generated)
 #   CHECK     rollout or valid_loss: what picks best.pt (rollout where Newton imports)
 #   CHECK_ENVS, CHECK_H  the rollout check's size (Cartpole 256 x 1000, Ant 128 x 500: the evaluated horizons)
 # A dry run on the CPU: DEV=cpu BUDGET=0.2 bash bench/gpu_train.sh   (ENV=Ant ... for the Ant)
@@ -60,17 +61,21 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 OMP_NUM_THR
     date -u
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || echo "no nvidia-smi"
     $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
-    # 0. the data, where this machine has none (the release's sampler; another TRAIN file must be carried here)
+    # 0. the data, where this machine has none (the release's sampler, or TRAIN_GEN's options for another TRAIN file)
     for part in "train $TRANSITIONS 0" "valid 100000 1"; do
         set -- $part
-        file=data/$ENV/$1.hdf5
-        if [ -f "$file" ] || { [ "$1" = train ] && [ "$TRAIN" != "$file" ]; }; then continue; fi
+        file=data/$ENV/$1.hdf5; options=""
+        if [ "$1" = train ] && [ "$TRAIN" != "$file" ]; then
+            file=$TRAIN; options=${TRAIN_GEN:-}
+            [ -n "$options" ] || continue
+        fi
+        [ -f "$file" ] && continue
         $PY generate/generate_dataset.py --env-name $ENV --num-transitions $2 --trajectory-length 100 \
-            --num-envs $gen_envs --seed $3 --dataset-dir data/$ENV --dataset-name $1.hdf5 --device "$DEV" \
-            --overwrite > "$RUNS/generate_$1.log" 2>&1
+            --num-envs $gen_envs --seed $3 --dataset-dir "$(dirname "$file")" --dataset-name "$(basename "$file")" \
+            --device "$DEV" $options --overwrite > "$RUNS/generate_$1.log" 2>&1
         echo "generated $file rc=$? at ${SECONDS}s"
     done
-    [ -f "$TRAIN" ] || echo "missing $TRAIN: carry it to this machine (only the release's data is generated here)"
+    [ -f "$TRAIN" ] || echo "missing $TRAIN: carry it to this machine or give TRAIN_GEN"
 
     # 1. the training step alone, with and without data loading, against the measured float32 matmul rate
     matmul=1024
