@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from nerd.errors import RolloutDivergedError, UserError, first_line
+from nerd.run_dir import write_text_atomic
 
 # Errors caused by the user's input, the file system or a failed run, reported as one line; anything else, a
 # plain ValueError included, is a bug and keeps its traceback. ConfigError and DatasetError are UserErrors;
@@ -128,10 +130,6 @@ def check_report_outputs(path: str | Path, overwrite: bool, plot: bool) -> tuple
 
 def write_report(output: Path, results: dict, table: str) -> None:
     """Print a benchmark's Markdown table and write it and the results JSON (each file whole or not at all)."""
-    import json
-
-    from nerd.run_dir import write_text_atomic
-
     print(table)
     output.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(output, json.dumps(results, indent=1))
