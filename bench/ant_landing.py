@@ -14,8 +14,9 @@ and each given NeRD model from the same initial states and reports, against the 
 Writes a JSON (every step), a Markdown table (selected steps) and a PNG.
 
 Example (the numbers in pretrained_models/NeRD_models/Ant/README.md):
-    python bench/ant_landing.py --model-paths pretrained_models/NeRD_models/Ant/model.pt \
-        --num-rollouts 256 --horizon 200 --output bench/results/ant_landing.json
+    python bench/ant_landing.py --model-paths runs/ant_model_stop21.pt runs/Ant_tail29/nn/best.pt \
+        pretrained_models/NeRD_models/Ant/model.pt --num-rollouts 256 --horizon 500 \
+        --output bench/results/ant_landing.json
 """
 
 from pathlib import Path
@@ -26,7 +27,7 @@ from nerd.cli import add_common_args, check_report_outputs, make_parser, resolve
 from nerd.envs import make_env
 from nerd.envs.ant import HINGES
 from nerd.evaluation import initial_state_sampler, rollout
-from nerd.frames import quat_rotate
+from nerd.frames import quat_to_matrix
 from nerd.modes import GROUND_TRUTH, NEURAL
 from nerd.neural_environment import NeuralEnvironment
 
@@ -38,10 +39,7 @@ ANKLES = slice(_HINGE0 + 1, _HINGE0 + HINGES, 2)
 
 def pose_summary(states: torch.Tensor) -> dict[str, torch.Tensor]:
     """Per step (T+1, N) torso height, tilt [deg] and the hinges (T+1, N, 4) of Ant states (T+1, N, S)."""
-    quat = states[..., 3:7]
-    up = torch.zeros(quat.shape[:-1] + (3,), dtype=quat.dtype, device=quat.device)
-    up[..., 2] = 1.0
-    cos_tilt = quat_rotate(quat.reshape(-1, 4), up.reshape(-1, 3))[:, 2].reshape(quat.shape[:-1])
+    cos_tilt = quat_to_matrix(states[..., 3:7])[..., 2, 2]  # world z of the torso's z axis
     return {"height": states[..., 2], "tilt": torch.rad2deg(torch.acos(cos_tilt.clamp(-1.0, 1.0))),
             "hips": states[..., HIPS], "ankles": states[..., ANKLES]}
 

@@ -2,6 +2,7 @@
 
 import json
 import math
+import runpy
 
 import torch
 
@@ -13,8 +14,6 @@ MODEL = str(REPO / "pretrained_models/NeRD_models/Ant/model.pt")
 
 
 def load_script():
-    import runpy
-
     return runpy.run_path(str(REPO / SCRIPT))
 
 
