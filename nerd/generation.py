@@ -29,6 +29,8 @@ from nerd.resources import check_disk, check_memory
 
 TORQUE_SCALES = ("full", "log-uniform", "saturating")
 """Torque-scale rules of :class:`GenerationConfig` (the release's first)."""
+GENERATION_INITIAL_STATES = ("data", "task")
+"""Initial-state rules of :class:`GenerationConfig` (the release's first)."""
 LOG_UNIFORM_DECADES = 2.0
 """``"log-uniform"`` draws each trajectory's torque factor as 10^U[-LOG_UNIFORM_DECADES, 0]."""
 SATURATING_GAIN = 2.0
@@ -84,6 +86,10 @@ class GenerationConfig:
     """Temporal correlation of the random torques: each trajectory draws a mean hold time L log-uniformly in
     [1, torque_hold_frames] frames, and each joint keeps its torque until a redraw, which happens with
     probability 1/L per frame. 1 (the release's) redraws every torque every frame: white noise."""
+    initial_states: str = "data"
+    """Where trajectories start: ``"data"`` (the release: the robot's data-generation sampler, spec §8) or our
+    ``"task"`` (the robot's task reset, the states that its RL tasks and the release's passive evaluation start
+    from; a directory holding a file of each trains on the mix)."""
     compression: str | None = "lzf"
     """HDF5 compression filter: ``"lzf"`` (about half the size, a few % slower), ``"gzip"`` or None."""
 
@@ -102,6 +108,9 @@ class GenerationConfig:
             raise UserError(f"--torque-hold-frames must be at least 1, got {self.torque_hold_frames}")
         if self.torque_hold_frames > 1 and self.passive:
             raise UserError("--torque-hold-frames holds random torques; --passive has none")
+        if self.initial_states not in GENERATION_INITIAL_STATES:
+            raise UserError(f"--initial-states must be one of {', '.join(GENERATION_INITIAL_STATES)}, "
+                            f"got {self.initial_states!r}")
         if self.compression not in ("lzf", "gzip", None):
             raise UserError(f"--compression must be lzf, gzip or none, got {self.compression!r}")
 
@@ -168,6 +177,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
                         "torques")
     random_planes = cfg.contact_config is None and bool(env.ground_plane_rules)
     generator = torch.Generator().manual_seed(cfg.seed)
+    sample_states = env.sample_initial_states if cfg.initial_states == "data" else env.sample_reset_states
     # The robot signature is what a model trained on the file is checked against; it is written from one place.
     attrs = {
         **signature_of_env(env).to_dict(), "state_dim": env.state_dim,
@@ -177,7 +187,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
         "sim_substeps": env.sim_substeps,
         "trajectory_length": T, "seed": cfg.seed, "generator_settings": asdict(cfg),
         "random_ground_planes": random_planes, "torque_scale": "" if cfg.passive else cfg.torque_scale,
-        "torque_hold_frames": cfg.torque_hold_frames,
+        "torque_hold_frames": cfg.torque_hold_frames, "initial_states": cfg.initial_states,
         "ground_plane_rule": (cfg.ground_planes or env.ground_plane_rules[0]) if random_planes else "",
         "state_names": env.state_names(), "joint_act_names": env.joint_act_names(),
     }
@@ -191,7 +201,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
     try:
         with tqdm(total=num_trajectories * T, unit="transition", disable=not progress, desc=cfg.env_name) as bar:
             while kept < num_trajectories:
-                env.reset(states=env.sample_initial_states(n, generator))
+                env.reset(states=sample_states(n, generator))
                 if random_planes:
                     contacts = env.get_contacts()
                     normals, points = env.sample_ground_planes(

@@ -58,6 +58,25 @@ def test_log_uniform_torque_scale_shrinks_each_trajectorys_box(tmp_path):
     assert not (tmp_path / "a.hdf5").exists()
 
 
+def test_initial_states_task_starts_trajectories_from_the_task_reset(tmp_path):
+    """--initial-states task starts every trajectory from the robot's task reset (Cartpole: every coordinate in
+    [-1, 1] but the pole angle), the release's "data" from its data sampler (cart within ±3.5 m, rates ±10); the
+    rule is recorded and an unknown one is refused before anything is written."""
+    from nerd.envs.cartpole import RESET_RANGE
+
+    starts = {}
+    for rule in ("task", "data"):
+        cfg = GenerationConfig("Cartpole", 256 * 3, trajectory_length=3, num_envs=256, seed=3, initial_states=rule)
+        path = generate_dataset(cfg, tmp_path / f"{rule}.hdf5", progress=False).path
+        assert read_attrs(path)["initial_states"] == rule
+        starts[rule] = np.abs(load_trajectories(path, fields=("states",))["states"][:, 0])
+    assert (starts["task"] <= np.asarray(RESET_RANGE) + 1e-6).all()
+    assert starts["task"][:, [0, 2, 3]].max() > 0.9  # the reset box is filled
+    assert starts["data"][:, 0].max() > 2.0 and starts["data"][:, 2:].max() > 5.0
+    with pytest.raises(UserError, match="--initial-states must be one of data, task, got 'env'"):
+        GenerationConfig("Cartpole", 10, initial_states="env")
+
+
 def _franka_torques(tmp_path, name: str, **options) -> np.ndarray:
     """Joint torques (64 trajectories, 20 frames, 7) of a Franka dataset made with the generation ``options``,
     relative to the release's white-noise box."""
