@@ -1,7 +1,8 @@
 """Dataset generation: roll out the ground-truth simulator from random states under random torques.
 
-Each batch resets all N envs to states drawn by the robot's sampler (spec §8), rolls them out for T frames
-with white-noise torques (or none with ``passive``), and appends the batch's finite trajectories to the HDF5
+Each batch resets all N envs to states drawn by the robot's sampler (spec §8; its task reset with our
+``initial_states="task"``), rolls them out for T frames with white-noise torques (or none with ``passive``), and
+appends the batch's finite trajectories to the HDF5
 file. Robots whose data goes through a controller (``random_control = "actions"``, ANYmal's PD law) instead draw
 random actions and controller parameters every frame; the file then holds the actions and the torques the
 controller produced (``joint_acts``); ``passive`` gives them zero actions at the controller's default gains.
