@@ -2,11 +2,11 @@
 
 Each batch resets all N envs to states drawn by the robot's sampler (spec §8; its task reset with our
 ``initial_states="task"``), rolls them out for T frames with white-noise torques (or none with ``passive``), and
-appends the batch's finite trajectories to the HDF5
-file. Robots whose data goes through a controller (``random_control = "actions"``, ANYmal's PD law) instead draw
-random actions and controller parameters every frame; the file then holds the actions and the torques the
-controller produced (``joint_acts``); ``passive`` gives them zero actions at the controller's default gains.
-Trajectories that contain NaN/inf or a coordinate beyond 1e5 are dropped and counted.
+appends the batch's finite trajectories to the HDF5 file. Robots whose data goes through a controller
+(``random_control = "actions"``, ANYmal's PD law) instead draw random actions and controller parameters every
+frame; the file then holds the actions and the torques the controller produced (``joint_acts``); ``passive`` gives
+them zero actions at the controller's default gains. Trajectories that contain NaN/inf or a coordinate beyond 1e5
+are dropped and counted.
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from tqdm import tqdm
 from nerd.datasets.hdf5 import TrajectoryWriter
 from nerd.envs import make_env
 from nerd.errors import RolloutDivergedError, UserError
+from nerd.evaluation import initial_state_sampler
 from nerd.features import signature_of_env
+from nerd.modes import INITIAL_STATES, InitialStates
 from nerd.resources import check_disk, check_memory
 
 TORQUE_SCALES = ("full", "log-uniform", "saturating")
 """Torque-scale rules of :class:`GenerationConfig` (the release's first)."""
-GENERATION_INITIAL_STATES = ("data", "task")
-"""Initial-state rules of :class:`GenerationConfig` (the release's first)."""
 LOG_UNIFORM_DECADES = 2.0
 """``"log-uniform"`` draws each trajectory's torque factor as 10^U[-LOG_UNIFORM_DECADES, 0]."""
 SATURATING_GAIN = 2.0
@@ -87,10 +87,10 @@ class GenerationConfig:
     """Temporal correlation of the random torques: each trajectory draws a mean hold time L log-uniformly in
     [1, torque_hold_frames] frames, and each joint keeps its torque until a redraw, which happens with
     probability 1/L per frame. 1 (the release's) redraws every torque every frame: white noise."""
-    initial_states: str = "data"
-    """Where trajectories start: ``"data"`` (the release: the robot's data-generation sampler, spec §8) or our
-    ``"task"`` (the robot's task reset, the states that its RL tasks and the release's passive evaluation start
-    from; a directory holding a file of each trains on the mix)."""
+    initial_states: InitialStates = "data"
+    """Where trajectories start (:data:`~nerd.modes.INITIAL_STATES`): ``"data"`` (the release: the robot's
+    data-generation sampler, spec §8) or our ``"task"`` (the robot's task reset, the states that its RL tasks and
+    the release's passive evaluation start from; a directory holding a file of each trains on the mix)."""
     compression: str | None = "lzf"
     """HDF5 compression filter: ``"lzf"`` (about half the size, a few % slower), ``"gzip"`` or None."""
 
@@ -109,8 +109,8 @@ class GenerationConfig:
             raise UserError(f"--torque-hold-frames must be at least 1, got {self.torque_hold_frames}")
         if self.torque_hold_frames > 1 and self.passive:
             raise UserError("--torque-hold-frames holds random torques; --passive has none")
-        if self.initial_states not in GENERATION_INITIAL_STATES:
-            raise UserError(f"--initial-states must be one of {', '.join(GENERATION_INITIAL_STATES)}, "
+        if self.initial_states not in INITIAL_STATES:
+            raise UserError(f"--initial-states must be one of {', '.join(sorted(INITIAL_STATES))}, "
                             f"got {self.initial_states!r}")
         if self.compression not in ("lzf", "gzip", None):
             raise UserError(f"--compression must be lzf, gzip or none, got {self.compression!r}")
@@ -178,7 +178,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
                         "torques")
     random_planes = cfg.contact_config is None and bool(env.ground_plane_rules)
     generator = torch.Generator().manual_seed(cfg.seed)
-    sample_states = env.sample_initial_states if cfg.initial_states == "data" else env.sample_reset_states
+    sample_states = initial_state_sampler(env, cfg.initial_states)
     # The robot signature is what a model trained on the file is checked against; it is written from one place.
     attrs = {
         **signature_of_env(env).to_dict(), "state_dim": env.state_dim,

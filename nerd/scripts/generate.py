@@ -25,7 +25,8 @@ from nerd.cli import (
 )
 from nerd.distributed import device_for_rank, rank_from_env
 from nerd.envs import ENV_NAMES, env_class
-from nerd.generation import GENERATION_INITIAL_STATES, TORQUE_SCALES, GenerationConfig, generate_dataset
+from nerd.generation import TORQUE_SCALES, GenerationConfig, generate_dataset
+from nerd.modes import INITIAL_STATES
 
 SHARD_SEED_STRIDE = 1_000_003
 """Under torchrun rank r generates with seed ``--seed + r * SHARD_SEED_STRIDE`` (distinct streams per part)."""
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="hold each random torque for a while instead of redrawing it every frame (ours): each "
                              "trajectory draws a mean hold log-uniformly in [1, this] frames; 1 is white noise, the "
                              "release's (the Ant needed 128, 16 was not enough; docs/results.md)")
-    parser.add_argument("--initial-states", default="data", choices=list(GENERATION_INITIAL_STATES),
+    parser.add_argument("--initial-states", default="data", choices=sorted(INITIAL_STATES),
                         help="where trajectories start: the robot's data-generation sampler ('data', the release's, "
                              "spec §8) or its task reset ('task', ours: the states that its RL tasks and the "
                              "release's passive evaluation start from; put a file of each in one directory to "
