@@ -3,6 +3,11 @@
 The HDF5 file is read once, converted to robot-centric model inputs and relative targets
 (:mod:`nerd.features`) in chunks, and kept as tensors of shape (num_trajectories, T, width). A window is
 ``(trajectory, start)``; a batch gathers (B, H, width) slices with one indexing operation.
+
+The parts of one dataset may differ in trajectory length: a part whose trajectories are longer than the first
+part's is cut into overlapping pieces of the first part's length (:func:`overlapping_pieces`) that together hold
+every window of the long trajectory, so that e.g. 1000-step trajectories from a task's reset train beside the
+release's 100-step ones.
 """
 
 from __future__ import annotations
@@ -38,6 +43,23 @@ def dataset_files(spec: str | Path | Sequence[str | Path]) -> list[Path]:
     if not files:
         raise DatasetError("the dataset list is empty")
     return files
+
+
+def piece_starts(length: int, piece: int, history: int) -> list[int]:
+    """First steps of the pieces of ``piece`` steps that cover every ``history``-step window of a ``length``-step
+    trajectory: consecutive pieces overlap by ``history - 1`` steps, and the last one ends with the trajectory
+    (it may repeat a few windows of the one before it)."""
+    stride = piece - history + 1
+    starts = list(range(0, length - piece + 1, stride))
+    if starts[-1] != length - piece:
+        starts.append(length - piece)
+    return starts
+
+
+def overlapping_pieces(values: torch.Tensor, piece: int, history: int) -> torch.Tensor:
+    """Trajectories (n, T, ...) as (n * pieces, ``piece``, ...): :func:`piece_starts`' pieces, trajectory-major."""
+    starts = piece_starts(values.shape[1], piece, history)
+    return torch.stack([values[:, s : s + piece] for s in starts], dim=1).flatten(0, 1)
 
 
 class TrajectoryWindows:
@@ -78,12 +100,13 @@ class TrajectoryWindows:
                     raise DatasetError(f"{file}: history {history} is longer than its trajectories ({length} steps)")
             else:
                 signature.check_compatible(self.signature, what=f"dataset part {file}")
-                if int(attrs["trajectory_length"]) != length:
-                    raise DatasetError(f"{file}: trajectories of {attrs['trajectory_length']} steps, but "
-                                       f"{files[0]} has {length}; parts of one dataset need the same length")
+                if int(attrs["trajectory_length"]) < length:
+                    raise DatasetError(f"{file}: trajectories of {attrs['trajectory_length']} steps, shorter than "
+                                       f"the {length} of {files[0]}; list the part with the shortest trajectories "
+                                       "first")
             if remaining is not None and remaining <= 0:
                 break
-            read = self._read(file, remaining, inputs, targets)
+            read = self._read(file, remaining, inputs, targets, length)
             remaining = None if remaining is None else remaining - read
         self.inputs = {name: torch.cat(parts).to(device) for name, parts in inputs.items()}
         self.targets = torch.cat(targets).to(device)
@@ -92,8 +115,9 @@ class TrajectoryWindows:
         self._offsets = torch.arange(history, device=device)
 
     def _read(self, path: Path, max_trajectories: int | None, inputs: dict[str, list[torch.Tensor]],
-              targets: list[torch.Tensor]) -> int:
-        """Append one file's converted trajectories to ``inputs``/``targets``; returns how many were read."""
+              targets: list[torch.Tensor], length: int) -> int:
+        """Append one file's converted trajectories to ``inputs``/``targets``, cut into pieces of ``length`` steps
+        where they are longer; returns how many trajectories of the file were read."""
         with h5py.File(path, "r") as f:
             data = f["data"]
             available = data["states"].shape[0]
@@ -109,9 +133,14 @@ class TrajectoryWindows:
                         raise DatasetError(f"{path}: field '{name}' holds {bad} non-finite values "
                                            f"(trajectories {start}..{stop - 1}); regenerate the dataset")
                 groups, anchor = build_inputs(self.signature, raw["states"], raw["root_body_q"], raw["joint_acts"], raw)
+                target = build_targets(self.signature, raw["states"], raw["next_states"], anchor)
+                if target.shape[1] > length:
+                    # Inputs and targets are per step, so cutting after the conversion changes no value.
+                    groups = {name: overlapping_pieces(value, length, self.history) for name, value in groups.items()}
+                    target = overlapping_pieces(target, length, self.history)
                 for name, value in groups.items():
                     inputs.setdefault(name, []).append(value)
-                targets.append(build_targets(self.signature, raw["states"], raw["next_states"], anchor))
+                targets.append(target)
         return total
 
     def __len__(self) -> int:

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from nerd.datasets.hdf5 import TRAJECTORY_FIELDS, DatasetError, load_trajectories, read_attrs
+from nerd.datasets.windows import TrajectoryWindows, piece_starts
 from nerd.envs import make_env
 from nerd.errors import UserError
 from nerd.generation import GenerationConfig, _finite_trajectories, generate_dataset
@@ -229,6 +230,33 @@ def test_same_seed_same_data(tmp_path):
     b = load_trajectories(generate_dataset(cfg, tmp_path / "b.hdf5", progress=False).path)
     np.testing.assert_array_equal(a["states"], b["states"])
     np.testing.assert_array_equal(a["joint_acts"], b["joint_acts"])
+
+
+def test_longer_trajectories_are_cut_into_pieces_that_keep_every_window(tmp_path):
+    """A part with longer trajectories than the first part trains beside it: its windows are exactly the windows
+    of the long trajectories (some repeated where the last piece overlaps), and a shorter second part is refused."""
+    short = generate_dataset(GenerationConfig("Cartpole", 40, trajectory_length=10, num_envs=4, seed=1),
+                             tmp_path / "a_short.hdf5", progress=False).path
+    long = generate_dataset(GenerationConfig("Cartpole", 46, trajectory_length=23, num_envs=2, seed=2),
+                            tmp_path / "b_long.hdf5", progress=False).path
+    assert piece_starts(23, 10, 4) == [0, 7, 13]  # stride 7; the last piece ends with the trajectory
+    history = 4
+    mixed = TrajectoryWindows(tmp_path, history)
+    alone_short, alone_long = TrajectoryWindows(short, history), TrajectoryWindows(long, history)
+    assert mixed.trajectory_length == 10 and mixed.num_trajectories == 4 + 2 * 3
+    assert len(mixed) == len(alone_short) + 2 * 3 * 7
+
+    def window_set(data, ids):
+        inputs, targets = data.get_batch(ids)
+        return {tuple(torch.cat([inputs["states"][i].flatten(), targets[i].flatten()]).tolist())
+                for i in range(len(ids))}
+
+    long_windows = window_set(alone_long, torch.arange(len(alone_long)))
+    assert len(long_windows) == 2 * 20
+    assert window_set(mixed, torch.arange(len(alone_short), len(mixed))) == long_windows
+    assert window_set(mixed, torch.arange(len(alone_short))) == window_set(alone_short, torch.arange(len(alone_short)))
+    with pytest.raises(DatasetError, match="list the part with the shortest trajectories first"):
+        TrajectoryWindows([long, short], history)
 
 
 def test_summary_and_plot_name_coordinates_with_units(pendulum_dataset, tmp_path):

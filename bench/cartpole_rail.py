@@ -1,0 +1,152 @@
+"""Where the Cartpole's long-horizon error comes from: the rail's end stops.
+
+From the release's passive protocol (the env reset: x, ẋ, θ̇ ~ U(−1, 1), θ ~ U(−π, π), zero force, 1000 steps) most
+carts roll into one of the rail's limits at ±4 m, a stiff spring (ke 1e4, kd 10) that bounces them back, and the
+bounce jerks the free pole. This script rolls out the ground truth and each given NeRD model from the same initial
+states and reports, per model:
+
+* the errors over steps 1..H of the rollouts whose ground-truth cart reaches a limit and of those that never do;
+* the errors around the first bounce (steps relative to the first frame beyond the limit, over the rollouts whose
+  first bounce comes after step 20 and at least 100 steps before the end): how much one bounce adds;
+* with ``--datasets``, the share of each dataset's states beyond a limit, and of those at a cart speed under
+  ``--slow-speed`` (the bounces of passive motion from the env reset are slow: median speed ~0.8 m/s).
+
+Writes a JSON, a Markdown table and a PNG.
+
+Example (docs/accuracy.md, "The rail's end stops"):
+    python bench/cartpole_rail.py --model-paths pretrained_models/NeRD_models/Cartpole/model.pt \
+        --num-rollouts 512 --output bench/results/cartpole_rail.json --datasets data/Cartpole_logu/train.hdf5
+"""
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from nerd.cli import add_common_args, check_report_outputs, make_parser, resolve_device, run_main, write_report
+from nerd.datasets.hdf5 import load_trajectories
+from nerd.envs import make_env
+from nerd.envs.cartpole import RAIL_LIMIT
+from nerd.evaluation import initial_state_sampler, rollout, state_errors
+from nerd.modes import GROUND_TRUTH, NEURAL
+from nerd.neural_environment import NeuralEnvironment
+
+OFFSETS = (-20, -5, 0, 5, 10, 20, 50, 100)
+"""Steps relative to the first frame beyond a limit at which the errors are reported."""
+METRICS = ("cart_position_error", "pole_angle_error")
+_X, _XD = 0, 2  # cart position and velocity in the Cartpole's state (x, θ, ẋ, θ̇)
+
+
+def rail_errors(model_paths: list[str], num_rollouts: int, horizon: int, seed: int, device: str) -> dict:
+    """Ground truth and each model from the same env-reset states (module docstring); JSON-ready."""
+    env = make_env("Cartpole", num_rollouts, device=device)
+    initial = initial_state_sampler(env, "task")(num_rollouts, torch.Generator().manual_seed(seed))
+    nenv = NeuralEnvironment(env, None, env_mode=GROUND_TRUTH)
+    truth = rollout(nenv, initial, horizon, GROUND_TRUTH)
+    beyond = truth[1:, :, _X].abs() > RAIL_LIMIT  # (H, N)
+    hits = beyond.any(0)
+    first = beyond.double().argmax(0)  # index into steps 1..H
+    aligned = hits & (first >= 20) & (first < horizon - max(OFFSETS))
+    models = {}
+    for path in model_paths:
+        model_env = NeuralEnvironment.from_checkpoint(env, path, GROUND_TRUTH)
+        errors = state_errors(truth[1:], rollout(model_env, initial, horizon, NEURAL)[1:], env)
+        row = {}
+        for name in METRICS:
+            per_rollout = errors[name].double().mean(0)
+            row[name] = {"all": float(per_rollout.mean()), "reaching a limit": float(per_rollout[hits].mean()),
+                         "never reaching one": float(per_rollout[~hits].mean())}
+            around = errors[name][:, aligned].double()
+            start = first[aligned]
+            row[name]["around the first bounce"] = {
+                str(k): float(around[start + k, torch.arange(len(start))].mean()) for k in OFFSETS}
+            row[name]["vs step"] = {"reaching a limit": errors[name][:, hits].double().mean(1).tolist(),
+                                    "never reaching one": errors[name][:, ~hits].double().mean(1).tolist()}
+        models[path] = row
+    return {"env_name": "Cartpole", "initial_states": "task", "num_rollouts": num_rollouts, "horizon": horizon,
+            "seed": seed, "mass_matrix_refresh": env.mass_matrix_refresh,
+            "share_reaching_a_limit": float(hits.double().mean()), "rollouts_aligned": int(aligned.sum()),
+            "median_speed_at_first_bounce": float(truth[1:, :, _XD][first[hits], hits.nonzero()[:, 0]].abs().median()),
+            "models": models}
+
+
+def dataset_coverage(paths: list[str], slow_speed: float) -> dict[str, dict[str, float]]:
+    """Share of each dataset's states beyond a rail limit, and beyond it at a cart speed under ``slow_speed``."""
+    out = {}
+    for path in paths:
+        states = load_trajectories(path, fields=("states",))["states"]
+        beyond = np.abs(states[..., _X]) > RAIL_LIMIT
+        out[path] = {"beyond a limit": float(beyond.mean()),
+                     "beyond a limit, slow": float((beyond & (np.abs(states[..., _XD]) < slow_speed)).mean())}
+    return out
+
+
+def format_table(results: dict) -> str:
+    """Markdown: per model, the errors by group and around the first bounce; then the datasets' coverage."""
+    lines = [f"{results['num_rollouts']} rollouts x {results['horizon']} steps from the env reset, seed "
+             f"{results['seed']}: {100 * results['share_reaching_a_limit']:.0f} % reach a rail limit (median speed at "
+             f"the first bounce {results['median_speed_at_first_bounce']:.2f} m/s); "
+             f"{results['rollouts_aligned']} rollouts aligned at their first bounce.", "",
+             "| model | metric | all | reaching a limit | never reaching one | "
+             + " | ".join(f"bounce {k:+d}" for k in OFFSETS) + " |",
+             "|---|---|---|---|---|" + "---|" * len(OFFSETS)]
+    for path, row in results["models"].items():
+        for name in METRICS:
+            r = row[name]
+            around = " | ".join(f"{r['around the first bounce'][str(k)]:.4f}" for k in OFFSETS)
+            lines.append(f"| {path} | {name} | {r['all']:.4f} | {r['reaching a limit']:.4f} | "
+                         f"{r['never reaching one']:.4f} | {around} |")
+    if results.get("datasets"):
+        lines += ["", f"| dataset | states beyond a limit | beyond it at under {results['slow_speed']} m/s |",
+                  "|---|---|---|"]
+        for path, share in results["datasets"].items():
+            lines.append(f"| {path} | {100 * share['beyond a limit']:.2f} % | "
+                         f"{100 * share['beyond a limit, slow']:.2f} % |")
+    return "\n".join(lines)
+
+
+def plot(results: dict, path: Path) -> None:
+    """Per metric, the mean error against the step of the two groups, one colour per model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(METRICS), figsize=(6 * len(METRICS), 3.6))
+    for ax, name in zip(axes, METRICS, strict=True):
+        for i, (label, row) in enumerate(results["models"].items()):
+            short = Path(label).parent.name or label
+            for group, style in (("reaching a limit", "-"), ("never reaching one", ":")):
+                ax.plot(row[name]["vs step"][group], style, color=f"C{i}", label=f"{short}, {group}")
+        ax.set_xlabel("step")
+        ax.set_title(name, fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"Cartpole from the env reset, zero force ({results['num_rollouts']} rollouts, seed "
+                 f"{results['seed']})", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = make_parser(__doc__)
+    parser.add_argument("--model-paths", nargs="+", required=True, help="Cartpole NeRD checkpoints to compare")
+    parser.add_argument("--num-rollouts", type=int, default=512)
+    parser.add_argument("--horizon", type=int, default=1000)
+    parser.add_argument("--datasets", nargs="*", default=[], help="HDF5 datasets whose rail coverage to report")
+    parser.add_argument("--slow-speed", type=float, default=1.5, help="cart speed of a slow bounce [m/s]")
+    parser.add_argument("--output", required=True, help="JSON path; the table (.md) and plot (.png) go beside it")
+    add_common_args(parser, seed_default=500)
+    args = parser.parse_args()
+    if args.horizon <= max(OFFSETS) + 20:
+        parser.error(f"--horizon must exceed {max(OFFSETS) + 20}, to align rollouts at their first bounce")
+    output, png = check_report_outputs(args.output, args.overwrite, plot=True)
+    results = rail_errors(args.model_paths, args.num_rollouts, args.horizon, args.seed, resolve_device(args.device))
+    results.update(slow_speed=args.slow_speed, datasets=dataset_coverage(args.datasets, args.slow_speed))
+    write_report(output, results, format_table(results))
+    plot(results, png)
+
+
+if __name__ == "__main__":
+    run_main(main)
