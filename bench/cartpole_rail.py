@@ -8,6 +8,9 @@ states and reports, per model:
 * the errors over steps 1..H of the rollouts whose ground-truth cart reaches a limit and of those that never do;
 * the errors around the first bounce (steps relative to the first frame beyond the limit, over the rollouts whose
   first bounce comes after step 20 and at least 100 steps before the end): how much one bounce adds;
+* restarted from the ground truth: each model rolled out for ``RESTART_STEPS`` steps from the ground truth's state
+  10 steps before a rollout's first bounce, and from its state ``RESTART_STEPS + 15`` steps before it (a stretch
+  of the same rollout without a bounce): the error that a bounce itself causes, free of the drift before it;
 * with ``--datasets``, the share of each dataset's states beyond a limit, and of those at a cart speed under
   ``--slow-speed`` (the bounces of passive motion from the env reset are slow: median speed ~0.8 m/s).
 
@@ -34,6 +37,8 @@ from nerd.neural_environment import NeuralEnvironment
 OFFSETS = (-20, -5, 0, 5, 10, 20, 50, 100)
 """Steps relative to the first frame beyond a limit at which the errors are reported."""
 METRICS = ("cart_position_error", "pole_angle_error")
+RESTART_STEPS = 60
+"""Length of the rollouts restarted from the ground truth before a bounce."""
 _X, _XD = 0, 2  # cart position and velocity in the Cartpole's state (x, θ, ẋ, θ̇)
 
 
@@ -47,10 +52,21 @@ def rail_errors(model_paths: list[str], num_rollouts: int, horizon: int, seed: i
     hits = beyond.any(0)
     first = beyond.double().argmax(0)  # index into steps 1..H
     aligned = hits & (first >= 20) & (first < horizon - max(OFFSETS))
+    # Restarts: steps 1..H are truth[1:], so truth[1 + first - k] is k steps before the first frame beyond the limit.
+    late = hits & (first >= RESTART_STEPS + 15)
+    restarts = {"across the bounce": truth[1 + first[late] - 10, late.nonzero()[:, 0]],
+                "before it": truth[1 + first[late] - RESTART_STEPS - 15, late.nonzero()[:, 0]]}
+    restart_env = make_env("Cartpole", int(late.sum()), device=device)
+    restart_truth = {name: rollout(NeuralEnvironment(restart_env, None, env_mode=GROUND_TRUTH), start, RESTART_STEPS,
+                                   GROUND_TRUTH) for name, start in restarts.items()}
     models = {}
     for path in model_paths:
         model_env = NeuralEnvironment.from_checkpoint(env, path, GROUND_TRUTH)
         errors = state_errors(truth[1:], rollout(model_env, initial, horizon, NEURAL)[1:], env)
+        restart_model = NeuralEnvironment.from_checkpoint(restart_env, path, GROUND_TRUTH)
+        restarted = {name: state_errors(restart_truth[name][-1], rollout(restart_model, start, RESTART_STEPS,
+                                                                         NEURAL)[-1], restart_env)
+                     for name, start in restarts.items()}
         row = {}
         for name in METRICS:
             per_rollout = errors[name].double().mean(0)
@@ -60,12 +76,14 @@ def rail_errors(model_paths: list[str], num_rollouts: int, horizon: int, seed: i
             start = first[aligned]
             row[name]["around the first bounce"] = {
                 str(k): float(around[start + k, torch.arange(len(start))].mean()) for k in OFFSETS}
+            row[name]["restarted"] = {group: float(err[name].double().mean()) for group, err in restarted.items()}
             row[name]["vs step"] = {"reaching a limit": errors[name][:, hits].double().mean(1).tolist(),
                                     "never reaching one": errors[name][:, ~hits].double().mean(1).tolist()}
         models[path] = row
     return {"env_name": "Cartpole", "initial_states": "task", "num_rollouts": num_rollouts, "horizon": horizon,
             "seed": seed, "mass_matrix_refresh": env.mass_matrix_refresh,
             "share_reaching_a_limit": float(hits.double().mean()), "rollouts_aligned": int(aligned.sum()),
+            "rollouts_restarted": int(late.sum()), "restart_steps": RESTART_STEPS,
             "median_speed_at_first_bounce": float(truth[1:, :, _XD][first[hits], hits.nonzero()[:, 0]].abs().median()),
             "models": models}
 
@@ -86,16 +104,18 @@ def format_table(results: dict) -> str:
     lines = [f"{results['num_rollouts']} rollouts x {results['horizon']} steps from the env reset, seed "
              f"{results['seed']}: {100 * results['share_reaching_a_limit']:.0f} % reach a rail limit (median speed at "
              f"the first bounce {results['median_speed_at_first_bounce']:.2f} m/s); "
-             f"{results['rollouts_aligned']} rollouts aligned at their first bounce.", "",
+             f"{results['rollouts_aligned']} rollouts aligned at their first bounce; {results['rollouts_restarted']} "
+             f"restarted from the ground truth for {results['restart_steps']} steps (error at the last step).", "",
              "| model | metric | all | reaching a limit | never reaching one | "
-             + " | ".join(f"bounce {k:+d}" for k in OFFSETS) + " |",
-             "|---|---|---|---|---|" + "---|" * len(OFFSETS)]
+             + " | ".join(f"bounce {k:+d}" for k in OFFSETS) + " | restarted across the bounce | restarted before it |",
+             "|---|---|---|---|---|" + "---|" * (len(OFFSETS) + 2)]
     for path, row in results["models"].items():
         for name in METRICS:
             r = row[name]
             around = " | ".join(f"{r['around the first bounce'][str(k)]:.4f}" for k in OFFSETS)
             lines.append(f"| {path} | {name} | {r['all']:.4f} | {r['reaching a limit']:.4f} | "
-                         f"{r['never reaching one']:.4f} | {around} |")
+                         f"{r['never reaching one']:.4f} | {around} | {r['restarted']['across the bounce']:.4f} | "
+                         f"{r['restarted']['before it']:.4f} |")
     if results.get("datasets"):
         lines += ["", f"| dataset | states beyond a limit | beyond it at under {results['slow_speed']} m/s |",
                   "|---|---|---|"]
