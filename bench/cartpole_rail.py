@@ -131,6 +131,14 @@ def format_table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def short_name(path: str) -> str:
+    """A checkpoint's label: its run directory for ``<run>/nn/<file>.pt``, else its folder or file name."""
+    p = Path(path)
+    if p.parent.name == "nn":
+        return p.parent.parent.name
+    return p.parent.name if p.name == "model.pt" else p.stem
+
+
 def plot(results: dict, path: Path) -> None:
     """Per metric, the mean error against the step of the two groups, one colour per model."""
     import matplotlib
@@ -141,7 +149,7 @@ def plot(results: dict, path: Path) -> None:
     fig, axes = plt.subplots(1, len(METRICS), figsize=(6 * len(METRICS), 3.6))
     for ax, name in zip(axes, METRICS, strict=True):
         for i, (label, row) in enumerate(results["models"].items()):
-            short = Path(label).parent.name or label
+            short = short_name(label)
             for group, style in (("reaching a limit", "-"), ("never reaching one", ":")):
                 ax.plot(row[name]["vs step"][group], style, color=f"C{i}", label=f"{short}, {group}")
         ax.set_xlabel("step")
