@@ -59,11 +59,13 @@ def rail_errors(model_paths: list[str], num_rollouts: int, horizon: int, seed: i
     aligned = hits & (first >= 20) & (first < horizon - max(OFFSETS))
     # Restarts: steps 1..H are truth[1:], so truth[1 + first - k] is k steps before the first frame beyond the limit.
     late = hits & (first >= RESTART_STEPS + 15)
-    restarts = {"across the bounce": truth[1 + first[late] - 10, late.nonzero()[:, 0]],
-                "before it": truth[1 + first[late] - RESTART_STEPS - 15, late.nonzero()[:, 0]]}
-    restart_env = make_env("Cartpole", int(late.sum()), device=device)
-    restart_truth = {name: rollout(NeuralEnvironment(restart_env, None, env_mode=GROUND_TRUTH), start, RESTART_STEPS,
-                                   GROUND_TRUTH) for name, start in restarts.items()}
+    late_ids = late.nonzero()[:, 0]
+    restarts = {"across the bounce": truth[1 + first[late] - 10, late_ids],
+                "before it": truth[1 + first[late] - RESTART_STEPS - 15, late_ids]}
+    restart_env = make_env("Cartpole", len(late_ids), device=device)
+    restart_nenv = NeuralEnvironment(restart_env, None, env_mode=GROUND_TRUTH)
+    restart_truth = {name: rollout(restart_nenv, start, RESTART_STEPS, GROUND_TRUTH)
+                     for name, start in restarts.items()}
     models = {}
     for path in model_paths:
         model_env = NeuralEnvironment.from_checkpoint(env, path, GROUND_TRUTH)
@@ -88,7 +90,7 @@ def rail_errors(model_paths: list[str], num_rollouts: int, horizon: int, seed: i
     return {"env_name": "Cartpole", "initial_states": "task", "num_rollouts": num_rollouts, "horizon": horizon,
             "seed": seed, "mass_matrix_refresh": env.mass_matrix_refresh,
             "share_reaching_a_limit": float(hits.double().mean()), "rollouts_aligned": int(aligned.sum()),
-            "rollouts_restarted": int(late.sum()), "restart_steps": RESTART_STEPS, "slow_speed": slow_speed,
+            "rollouts_restarted": len(late_ids), "restart_steps": RESTART_STEPS, "slow_speed": slow_speed,
             "ground_truth_coverage": rail_coverage(truth[1:].cpu().numpy(), slow_speed),
             "median_speed_at_first_bounce": float(truth[1:, :, _XD][first[hits], hits.nonzero()[:, 0]].abs().median()),
             "models": models}
