@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from nerd.checkpoint import checkpoint_label
 from nerd.cli import add_common_args, check_report_outputs, make_parser, resolve_device, run_main, write_report
 from nerd.envs import make_env
 from nerd.envs.ant import HINGES
@@ -98,7 +99,7 @@ def plot(results: dict, path: Path) -> None:
     for ax, name in zip(axes, names, strict=True):
         for label, curve in results["curves"].items():
             if name in curve:
-                ax.plot(curve[name], label=Path(label).parent.name or label)
+                ax.plot(curve[name], label=checkpoint_label(label))
         ax.set_xlabel("step")
         ax.set_title(name, fontsize=9)
         ax.grid(alpha=0.3)

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from nerd.checkpoint import checkpoint_label
 from nerd.cli import add_common_args, check_report_outputs, make_parser, resolve_device, run_main, write_report
 from nerd.datasets.hdf5 import load_trajectories
 from nerd.envs import make_env
@@ -133,14 +134,6 @@ def format_table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def short_name(path: str) -> str:
-    """A checkpoint's label: its run directory for ``<run>/nn/<file>.pt``, else its folder or file name."""
-    p = Path(path)
-    if p.parent.name == "nn":
-        return p.parent.parent.name
-    return p.parent.name if p.name == "model.pt" else p.stem
-
-
 def plot(results: dict, path: Path) -> None:
     """Per metric, the mean error against the step of the two groups, one colour per model."""
     import matplotlib
@@ -151,7 +144,7 @@ def plot(results: dict, path: Path) -> None:
     fig, axes = plt.subplots(1, len(METRICS), figsize=(6 * len(METRICS), 3.6))
     for ax, name in zip(axes, METRICS, strict=True):
         for i, (label, row) in enumerate(results["models"].items()):
-            short = short_name(label)
+            short = checkpoint_label(label)
             for group, style in (("reaching a limit", "-"), ("never reaching one", ":")):
                 ax.plot(row[name]["vs step"][group], style, color=f"C{i}", label=f"{short}, {group}")
         ax.set_xlabel("step")

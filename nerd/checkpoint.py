@@ -36,6 +36,15 @@ def shipped_model_path(env_name: str) -> Path | None:
     return path if path.is_file() else None
 
 
+def checkpoint_label(path: str | Path) -> str:
+    """A short name for a checkpoint in plots and tables: the run directory of a training run's ``<run>/nn/<file>``,
+    the robot folder of a shipped ``<robot>/model.pt``, else the file's stem."""
+    p = Path(path)
+    if p.parent.name == "nn":
+        return p.parent.parent.name
+    return p.parent.name if p.name == "model.pt" else p.stem
+
+
 def save_checkpoint(path: str | Path, model: NeRDModel, signature: RobotSignature, config: dict[str, Any], *,
                     history_length: int, epoch: int = 0, optimizer: torch.optim.Optimizer | None = None,
                     extra: dict[str, Any] | None = None) -> Path:

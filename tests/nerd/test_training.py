@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from nerd.checkpoint import average_checkpoints, load_checkpoint, save_checkpoint
+from nerd.checkpoint import average_checkpoints, checkpoint_label, load_checkpoint, save_checkpoint
 from nerd.config import ConfigError, from_dict
 from nerd.envs import make_env
 from nerd.errors import UserError
@@ -69,6 +69,13 @@ def test_checkpoint_round_trip_is_safe_and_exact(pendulum_run, tmp_path):
     again, _, _ = load_checkpoint(path)
     torch.testing.assert_close(again(inputs), model(inputs), rtol=0, atol=0)
     torch.testing.assert_close(again.target_norm.mean, model.target_norm.mean, rtol=0, atol=0)
+
+
+def test_checkpoint_label_names_the_run_or_the_shipped_robot():
+    """Plots name a run's checkpoint by its run directory, not its ``nn`` folder, and a shipped model by its robot."""
+    assert checkpoint_label("runs/Ant_tail30_task/nn/best.pt") == "Ant_tail30_task"
+    assert checkpoint_label("pretrained_models/NeRD_models/Ant/model.pt") == "Ant"
+    assert checkpoint_label("runs/ant_model_stop29.pt") == "ant_model_stop29"
 
 
 def test_wrong_robot_or_corrupt_checkpoint_is_refused(pendulum_run, tmp_path):
