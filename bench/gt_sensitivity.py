@@ -121,7 +121,7 @@ def main() -> None:
     parser.add_argument("--horizon", type=int, default=1000)
     parser.add_argument("--eps", type=float, nargs="+", default=[1e-7, 1e-6, 1e-4, 1e-2],
                         help="perturbation scales (std of the noise added to every state coordinate)")
-    parser.add_argument("--initial-states", nargs="+", default=list(INITIAL_STATES), choices=INITIAL_STATES)
+    parser.add_argument("--initial-states", nargs="+", default=["task", "data"], choices=INITIAL_STATES)
     parser.add_argument("--output", required=True, help="JSON path; the table (.md) and plot (.png) go beside it")
     parser.add_argument("--contact-config", type=int, default=None, help="fixed pendulum ground configuration (0-6)")
     add_mass_matrix_refresh_arg(parser)

@@ -45,10 +45,12 @@ REPORT_HORIZONS = (100, 500, 1000)
 
 def initial_state_sampler(env, initial_states: str):
     """The sampler ``(n, generator) -> (n, state_dim)`` that :data:`INITIAL_STATES` name ``initial_states`` means
-    for ``env``: its data-generation sampler (``"data"``) or its task reset (``"task"``)."""
+    for ``env``: its data-generation sampler (``"data"``), its task reset (``"task"``) or its near-limit starts
+    (``"limits"``)."""
+    samplers = {"task": env.sample_reset_states, "data": env.sample_initial_states, "limits": env.sample_limit_states}
     if initial_states not in INITIAL_STATES:
         raise UserError(f"--initial-states must be one of {', '.join(INITIAL_STATES)}, got '{initial_states}'")
-    return env.sample_initial_states if initial_states == "data" else env.sample_reset_states
+    return samplers[initial_states]
 
 
 def metric_units(env) -> dict[str, str]:

@@ -90,7 +90,9 @@ class GenerationConfig:
     initial_states: InitialStates = "data"
     """Where trajectories start (:data:`~nerd.modes.INITIAL_STATES`): ``"data"`` (the release: the robot's
     data-generation sampler, spec §8) or our ``"task"`` (the robot's task reset, the states that its RL tasks and
-    the release's passive evaluation start from; a directory holding a file of each trains on the mix)."""
+    the release's passive evaluation start from; a directory holding a file of each trains on the mix) or our
+    ``"limits"`` (starts near a joint limit, moving slowly into it: the slow bounces off Cartpole's rail stops,
+    rare in the other two, see docs/accuracy.md)."""
     compression: str | None = "lzf"
     """HDF5 compression filter: ``"lzf"`` (about half the size, a few % slower), ``"gzip"`` or None."""
 

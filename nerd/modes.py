@@ -16,10 +16,11 @@ ENV_MODES: tuple[str, ...] = get_args(EnvMode)
 """Every mode name, neural first."""
 NEURAL, GROUND_TRUTH = ENV_MODES
 
-InitialStates = Literal["task", "data"]
+InitialStates = Literal["task", "data", "limits"]
 """Type of an initial-state distribution name of a passive evaluation (see :mod:`nerd.evaluation`)."""
 INITIAL_STATES: tuple[str, ...] = get_args(InitialStates)
 """Initial-state distributions of a passive evaluation, the default first: ``"task"`` the robot's random reset (the
-release's protocol), ``"data"`` the data-generation sampler."""
+release's protocol), ``"data"`` the data-generation sampler, ``"limits"`` ours: starts near a joint limit, moving
+slowly into it (robots with such a sampler: Cartpole's rail)."""
 
 __all__ = ["ENV_MODES", "GROUND_TRUTH", "INITIAL_STATES", "NEURAL", "EnvMode", "InitialStates"]

@@ -242,6 +242,12 @@ class Environment:
         """
         return self.sample_initial_states(n, generator)
 
+    def sample_limit_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """Initial states (n, dof_q + dof_qd), world, near a joint limit and moving slowly into it
+        (``--initial-states limits``): data for the bounces off the limit's stiff spring, which the other
+        distributions rarely hold. Only robots whose accuracy hinges on such bounces implement it (Cartpole)."""
+        raise UserError(f"{self.name} has no near-limit initial states (--initial-states limits: Cartpole only)")
+
     def end_effector_position(self, states: torch.Tensor) -> torch.Tensor:
         """World position (..., 3) [m] of the robot's end effector in states (..., dof_q + dof_qd), by forward
         kinematics; only robots with an end effector (Franka) implement it."""

@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="pendulum ground configuration(s) 0-6; several give one table over them")
     parser.add_argument("--initial-states", choices=INITIAL_STATES, default=INITIAL_STATES[0],
                         help="'task': the robot's random reset, which the release's passive evaluation starts from "
-                             "(default); 'data': the data-generation sampler's much wider ranges")
+                             "(default); 'data': the data-generation sampler's much wider ranges; 'limits' (Cartpole): "
+                             "starts near a rail stop, moving slowly into it")
     add_mass_matrix_refresh_arg(parser)
     add_robot_variant_arg(parser)
     add_control_mode_arg(parser)

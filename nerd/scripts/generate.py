@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="where trajectories start: the robot's data-generation sampler ('data', the release's, "
                              "spec §8) or its task reset ('task', ours: the states that its RL tasks and the "
                              "release's passive evaluation start from; put a file of each in one directory to "
-                             "train on the mix)")
+                             "train on the mix) or, for the Cartpole, near a rail stop moving slowly into it "
+                             "('limits', ours: data for the slow bounces)")
     parser.add_argument("--compression", default="lzf", choices=["lzf", "gzip", "none"],
                         help="HDF5 compression")
     add_common_args(parser)

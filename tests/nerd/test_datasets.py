@@ -62,7 +62,8 @@ def test_log_uniform_torque_scale_shrinks_each_trajectorys_box(tmp_path):
 def test_initial_states_task_starts_trajectories_from_the_task_reset(tmp_path):
     """--initial-states task starts every trajectory from the robot's task reset (Cartpole: every coordinate in
     [-1, 1] but the pole angle), the release's "data" from its data sampler (cart within ±3.5 m, rates ±10); the
-    rule is recorded and an unknown one is refused before anything is written."""
+    rule is recorded; an unknown one, and "limits" for a robot without near-limit starts, are refused before
+    anything is written."""
     from nerd.envs.cartpole import RESET_RANGE
 
     starts = {}
@@ -74,8 +75,12 @@ def test_initial_states_task_starts_trajectories_from_the_task_reset(tmp_path):
     assert (starts["task"] <= np.asarray(RESET_RANGE) + 1e-6).all()
     assert starts["task"][:, [0, 2, 3]].max() > 0.9  # the reset box is filled
     assert starts["data"][:, 0].max() > 2.0 and starts["data"][:, 2:].max() > 5.0
-    with pytest.raises(UserError, match="--initial-states must be one of data, task, got 'env'"):
+    with pytest.raises(UserError, match="--initial-states must be one of data, limits, task, got 'env'"):
         GenerationConfig("Cartpole", 10, initial_states="env")
+    with pytest.raises(UserError, match="PendulumWithContact has no near-limit initial states"):
+        generate_dataset(GenerationConfig("PendulumWithContact", 8, trajectory_length=2, num_envs=4,
+                                          initial_states="limits"), tmp_path / "limits.hdf5", progress=False)
+    assert not (tmp_path / "limits.hdf5").exists()
 
 
 def _franka_torques(tmp_path, name: str, **options) -> np.ndarray:
