@@ -11,6 +11,10 @@ states and reports, per model:
 * restarted from the ground truth: each model rolled out for ``RESTART_STEPS`` steps from the ground truth's state
   10 steps before a rollout's first bounce, and from its state ``RESTART_STEPS + 15`` steps before it (a stretch
   of the same rollout without a bounce): the error that a bounce itself causes, free of the drift before it;
+* with ``--one-step-dataset``, each model's one-step error (teacher-forced: the dataset's own history, the last
+  position of every window) split by the transition's phase against the rail: free (inside the limits at both
+  ends), onset (crossing into the stop), inside (beyond a limit at both ends: on the spring) and exit; which
+  frames of a bounce the model gets wrong;
 * the share of states in a slow bounce (within ``SHALLOW`` m beyond a limit, the cart slower than ``--slow-speed``:
   the bounces of passive motion from the env reset are slow, median speed ~0.7 m/s, and shallow) in the ground
   truth's rollouts and, with ``--datasets``, in each dataset (besides all states beyond a limit, which in the
@@ -28,9 +32,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from nerd.checkpoint import checkpoint_label
+from nerd.checkpoint import checkpoint_label, load_checkpoint
 from nerd.cli import add_common_args, check_report_outputs, make_parser, resolve_device, run_main, write_report
 from nerd.datasets.hdf5 import load_trajectories
+from nerd.datasets.windows import TrajectoryWindows
 from nerd.envs import make_env
 from nerd.envs.cartpole import RAIL_LIMIT
 from nerd.evaluation import initial_state_sampler, rollout, state_errors
@@ -45,6 +50,10 @@ SHALLOW = 0.1
 RESTART_STEPS = 60
 """Length of the rollouts restarted from the ground truth before a bounce."""
 _X, _XD = 0, 2  # cart position and velocity in the Cartpole's state (x, θ, ẋ, θ̇)
+PHASES = ("free", "onset", "inside", "exit")
+"""A transition's phase against the rail, by whether the cart is beyond a limit at its start and at its end."""
+_RATE_TARGETS = {"cart velocity change [m/s]": 2, "pole rate change [rad/s]": 3}
+"""Columns of the Cartpole's target [Δx, Δθ, Δẋ, Δθ̇] whose one-step errors are reported."""
 
 
 def rail_errors(model_paths: list[str], num_rollouts: int, horizon: int, seed: int, slow_speed: float,
@@ -97,6 +106,41 @@ def rail_errors(model_paths: list[str], num_rollouts: int, horizon: int, seed: i
             "models": models}
 
 
+def bounce_phase(x_start: torch.Tensor, x_end: torch.Tensor) -> torch.Tensor:
+    """Index into :data:`PHASES` of each transition from cart position ``x_start`` to ``x_end`` [m]."""
+    beyond_start, beyond_end = x_start.abs() > RAIL_LIMIT, x_end.abs() > RAIL_LIMIT
+    return torch.where(beyond_start, torch.where(beyond_end, 2, 3), torch.where(beyond_end, 1, 0))
+
+
+def one_step_errors(model_paths: list[str], dataset: str, max_trajectories: int, device: str) -> dict:
+    """Per model and :data:`PHASES` phase, the mean absolute one-step error of the rate changes over every
+    window's last transition of ``dataset`` (its first ``max_trajectories`` trajectories); JSON-ready."""
+    models, windows = {}, {}
+    for path in model_paths:
+        model, _, payload = load_checkpoint(path, device)
+        model.eval()
+        history = payload["history_length"]
+        if history not in windows:
+            windows[history] = TrajectoryWindows(dataset, history, device, max_trajectories=max_trajectories)
+        data = windows[history]
+        errors, phases = [], []
+        with torch.no_grad():
+            for ids in torch.arange(len(data)).split(8192):
+                inputs, target = data.get_batch(ids)
+                last = target[:, -1]
+                errors.append((model.predict(inputs) - last).abs())
+                x = inputs["states"][:, -1, _X]
+                phases.append(bounce_phase(x, x + last[:, _X]))
+        error, phase = torch.cat(errors).double(), torch.cat(phases)
+        row = {}
+        for k, name in enumerate(PHASES):
+            chosen = phase == k
+            row[name] = {"transitions": int(chosen.sum())} | {
+                what: float(error[chosen, col].mean()) for what, col in _RATE_TARGETS.items()}
+        models[path] = row
+    return {"dataset": dataset, "max_trajectories": max_trajectories, "models": models}
+
+
 def rail_coverage(states: np.ndarray, slow_speed: float) -> dict[str, float]:
     """Share of Cartpole states (..., 4) beyond a rail limit, and in a slow bounce (module docstring)."""
     depth = np.abs(states[..., _X]) - RAIL_LIMIT
@@ -131,6 +175,17 @@ def format_table(results: dict) -> str:
     for path, share in {"the ground truth's rollouts above": results["ground_truth_coverage"],
                         **results.get("datasets", {})}.items():
         lines.append(f"| {path} | {100 * share['beyond a limit']:.2f} % | {100 * share['slow bounce']:.2f} % |")
+    if "one_step" in results:
+        one = results["one_step"]
+        lines += ["", f"One-step errors (mean |prediction - truth| of the last transition of every window) on "
+                  f"{one['dataset']} (first {one['max_trajectories']} trajectories), by phase against the rail:", "",
+                  "| model | phase | transitions | " + " | ".join(_RATE_TARGETS) + " |",
+                  "|---|---|---|" + "---|" * len(_RATE_TARGETS)]
+        for path, row in one["models"].items():
+            for name in PHASES:
+                r = row[name]
+                lines.append(f"| {path} | {name} | {r['transitions']} | "
+                             + " | ".join(f"{r[what]:.2e}" for what in _RATE_TARGETS) + " |")
     return "\n".join(lines)
 
 
@@ -164,6 +219,10 @@ def main() -> None:
     parser.add_argument("--num-rollouts", type=int, default=512)
     parser.add_argument("--horizon", type=int, default=1000)
     parser.add_argument("--datasets", nargs="*", default=[], help="HDF5 datasets whose rail coverage to report")
+    parser.add_argument("--one-step-dataset", default=None,
+                        help="HDF5 dataset (e.g. --initial-states limits data) for the one-step errors by phase")
+    parser.add_argument("--one-step-trajectories", type=int, default=3000,
+                        help="trajectories of --one-step-dataset read")
     parser.add_argument("--slow-speed", type=float, default=1.5, help="cart speed of a slow bounce [m/s]")
     parser.add_argument("--output", required=True, help="JSON path; the table (.md) and plot (.png) go beside it")
     add_common_args(parser, seed_default=500)
@@ -174,6 +233,9 @@ def main() -> None:
     results = rail_errors(args.model_paths, args.num_rollouts, args.horizon, args.seed, args.slow_speed,
                           resolve_device(args.device))
     results["datasets"] = dataset_coverage(args.datasets, args.slow_speed)
+    if args.one_step_dataset:
+        results["one_step"] = one_step_errors(args.model_paths, args.one_step_dataset, args.one_step_trajectories,
+                                              resolve_device(args.device))
     write_report(output, results, format_table(results))
     plot(results, png)
 

@@ -1,0 +1,44 @@
+"""bench/cartpole_rail.py: the phase of a transition against the rail's end stops, and the slow-bounce share."""
+
+import runpy
+
+import numpy as np
+import torch
+
+from tests.scripts.test_entry_points import REPO
+
+
+def load_script():
+    return runpy.run_path(str(REPO / "bench/cartpole_rail.py"))
+
+
+def test_bounce_phase_tells_free_onset_inside_and_exit_on_both_stops():
+    script = load_script()
+    phases, bounce_phase = script["PHASES"], script["bounce_phase"]
+    start = torch.tensor([0.0, 3.99, 4.05, 4.02, -3.99, -4.05, -4.02])
+    end = torch.tensor([0.1, 4.01, 4.08, 3.98, -4.01, -4.08, -3.98])
+    assert [phases[k] for k in bounce_phase(start, end)] == ["free", "onset", "inside", "exit"] + [
+        "onset", "inside", "exit"]
+
+
+def test_rail_coverage_counts_only_shallow_slow_states_as_slow_bounces():
+    rail_coverage = load_script()["rail_coverage"]
+    # (x, θ, ẋ, θ̇): inside; shallow and slow; shallow but fast; deep and slow.
+    states = np.array([[3.0, 0, 0.5, 0], [4.05, 0, 0.5, 0], [-4.05, 0, -3.0, 0], [-4.5, 0, 0.1, 0]])
+    assert rail_coverage(states, slow_speed=1.5) == {"beyond a limit": 0.75, "slow bounce": 0.25}
+
+
+def test_one_step_errors_cover_every_window_once(tmp_path):
+    """Near-limit starts give every phase; each window's last transition is counted in exactly one of them."""
+    from nerd.generation import GenerationConfig, generate_dataset
+
+    cfg = GenerationConfig("Cartpole", 64 * 40, trajectory_length=40, num_envs=64, seed=2, passive=True,
+                           initial_states="limits")
+    path = str(generate_dataset(cfg, tmp_path / "limits.hdf5", progress=False).path)
+    model = str(REPO / "pretrained_models/NeRD_models/Cartpole/model.pt")
+    result = load_script()["one_step_errors"]([model], path, max_trajectories=64, device="cpu")
+    row = result["models"][model]
+    counts = {phase: row[phase]["transitions"] for phase in row}
+    assert sum(counts.values()) == 64 * (40 - 10 + 1)
+    assert min(counts.values()) > 0
+    assert all(np.isfinite(v) for phase in row.values() for k, v in phase.items() if k != "transitions")
