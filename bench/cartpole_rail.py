@@ -117,12 +117,13 @@ def one_step_errors(model_paths: list[str], dataset: str, max_trajectories: int,
     window's last transition of ``dataset`` (its first ``max_trajectories`` trajectories); JSON-ready."""
     models, windows = {}, {}
     for path in model_paths:
-        model, _, payload = load_checkpoint(path, device)
+        model, signature, payload = load_checkpoint(path, device)
         model.eval()
         history = payload["history_length"]
         if history not in windows:
             windows[history] = TrajectoryWindows(dataset, history, device, max_trajectories=max_trajectories)
         data = windows[history]
+        signature.check_compatible(data.signature, what=f"checkpoint {path}")
         errors, phases = [], []
         with torch.no_grad():
             for ids in torch.arange(len(data)).split(8192):
