@@ -119,10 +119,11 @@ def one_step_errors(model_paths: list[str], dataset: str, max_trajectories: int,
     for path in model_paths:
         model, signature, payload = load_checkpoint(path, device)
         model.eval()
-        history = payload["history_length"]
-        if history not in windows:
-            windows[history] = TrajectoryWindows(dataset, history, device, max_trajectories=max_trajectories)
-        data = windows[history]
+        key = payload["history_length"], signature.joint_limits
+        if key not in windows:
+            windows[key] = TrajectoryWindows(dataset, key[0], device, max_trajectories=max_trajectories,
+                                             joint_limits=key[1])
+        data = windows[key]
         signature.check_compatible(data.signature, what=f"checkpoint {path}")
         errors, phases = [], []
         with torch.no_grad():

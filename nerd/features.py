@@ -7,6 +7,11 @@ direction ``gravity_dir`` (3). Features of inactive contact candidates are zeroe
 Groups that would be empty (no contacts; no torques for a passive robot such as CubeToss) are left out, which
 reproduces the release's token widths (Cartpole 6, Pendulum 37, Ant 215).
 
+Our option ``joint_limit_inputs`` appends a ``joint_limits`` group (2L): for each of L limited joint coordinates,
+its penetration beyond the limit (signed, 0 inside the range) and its rate while beyond it (0 inside). It is the
+joint-space analogue of the contact depth: the limit's spring-damper force, ``-ke * penetration - kd * rate``, is
+linear in these two inputs, where the state alone makes it a kink the network has to carve out of ``q``.
+
 Pure torch, engine-free: the same code runs on dataset batches and on live simulator tensors.
 """
 
@@ -33,6 +38,8 @@ from nerd.representation import (
 ACTIVE_DEPTH_FLOOR = 0.12
 """[m] A candidate is active when depth < max(ACTIVE_THICKNESS_FACTOR * thickness, ACTIVE_DEPTH_FLOOR)."""
 ACTIVE_THICKNESS_FACTOR = 4.0
+JOINT_LIMITS = "joint_limits"
+"""Name of the joint-limit input group (our option ``joint_limit_inputs``)."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,9 @@ class RobotSignature:
     joint_act_dim: int
     robot_variant: str = ""
     """The robot model's variant (``Anymal``: ``physical`` or ``release``); empty for robots with one model."""
+    joint_limits: tuple[tuple[int, float, float], ...] = ()
+    """``(joint_q index, lower, upper)`` of the joint limits whose penetration the model reads (the ``joint_limits``
+    input group, our option ``joint_limit_inputs``); empty for the release's inputs."""
 
     @property
     def layout(self) -> StateLayout:
@@ -67,6 +77,8 @@ class RobotSignature:
             groups["joint_acts"] = self.joint_act_dim
         if self.states_frame == "body":
             groups["gravity_dir"] = 3
+        if self.joint_limits:
+            groups[JOINT_LIMITS] = 2 * len(self.joint_limits)
         return groups
 
     @property
@@ -78,6 +90,10 @@ class RobotSignature:
         """Plain-type form for checkpoints."""
         d = asdict(self)
         d["continuous_q_indices"] = list(self.continuous_q_indices)
+        # Left out when empty: datasets' attributes and the release-input checkpoints stay as they were.
+        limits = d.pop("joint_limits")
+        if limits:
+            d["joint_limits"] = [list(limit) for limit in limits]
         return d
 
     @classmethod
@@ -90,6 +106,8 @@ class RobotSignature:
             joint_act_dim=int(d["joint_act_dim"]),
             # Files written before variants existed hold robots with a single model.
             robot_variant=str(d.get("robot_variant", "")),
+            # Datasets never hold it (it is a model's choice); checkpoints written before it existed read none.
+            joint_limits=tuple((int(i), float(lo), float(hi)) for i, lo, hi in d.get("joint_limits", ())),
         )
 
     def check_compatible(self, other: RobotSignature, what: str = "checkpoint") -> None:
@@ -120,13 +138,26 @@ def _variants_interchangeable(env_name: str) -> bool:
         return False
 
 
-def signature_of_env(env) -> RobotSignature:
-    """Signature of a live :class:`~nerd.envs.Environment`."""
+def signature_of_env(env, joint_limit_inputs: bool = False) -> RobotSignature:
+    """Signature of a live :class:`~nerd.envs.Environment`; with ``joint_limit_inputs``, of a model that reads the
+    robot's :attr:`~nerd.envs.Environment.joint_limits`."""
     return RobotSignature(
         env_name=env.name, dof_q=env.dof_q, dof_qd=env.dof_qd, floating_base=env.floating_base,
         continuous_q_indices=tuple(env.continuous_q_indices), states_frame=env.states_frame,
         contact_count=env.contact_count, joint_act_dim=env.act_dim, robot_variant=env.robot_variant,
+        joint_limits=robot_joint_limits(env.name) if joint_limit_inputs else (),
     )
+
+
+def robot_joint_limits(env_name: str) -> tuple[tuple[int, float, float], ...]:
+    """The limits a ``joint_limit_inputs`` model of ``env_name`` reads; a UserError if the robot declares none."""
+    from nerd.envs import env_class  # here, not at the top: this module stays engine-free
+
+    limits = env_class(env_name).joint_limits
+    if not limits:
+        raise UserError(f"joint_limit_inputs: {env_name} declares no joint limits for the model to read "
+                        "(Environment.joint_limits)")
+    return tuple(limits)
 
 
 def active_contact_mask(depths: Tensor, thicknesses: Tensor) -> Tensor:
@@ -168,7 +199,26 @@ def build_inputs(sig: RobotSignature, states: Tensor, root_body_q: Tensor, joint
         groups["joint_acts"] = joint_acts
     if sig.states_frame == "body":
         groups["gravity_dir"] = gravity_to_anchor_frame(anchor)
+    if sig.joint_limits:
+        groups[JOINT_LIMITS] = joint_limit_features(sig, states)
     return groups, anchor
+
+
+def joint_limit_features(sig: RobotSignature, states: Tensor) -> Tensor:
+    """(..., 2L): per limited coordinate, the penetration beyond its limit (q - upper above it, q - lower below
+    it, 0 between) and the coordinate's rate while beyond it (0 between); L limits in ``sig.joint_limits`` order.
+
+    Coordinates, limits and rates are the same in any frame, so the world-frame states serve every robot.
+    """
+    q_index = [i for i, _, _ in sig.joint_limits]
+    # A free joint has 7 coordinates and 6 rates, so a joint's rate sits one column earlier in joint_qd.
+    qd_index = [sig.dof_q + i - (1 if sig.floating_base else 0) for i in q_index]
+    lower = states.new_tensor([lo for _, lo, _ in sig.joint_limits])
+    upper = states.new_tensor([hi for _, _, hi in sig.joint_limits])
+    q = states[..., q_index]
+    depth = torch.clamp(q - upper, min=0.0) + torch.clamp(q - lower, max=0.0)
+    rate = torch.where(depth != 0.0, states[..., qd_index], torch.zeros((), dtype=states.dtype, device=states.device))
+    return torch.cat([depth, rate], dim=-1)
 
 
 def build_targets(sig: RobotSignature, states: Tensor, next_states: Tensor, anchor: Tensor | None) -> Tensor:

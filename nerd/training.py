@@ -11,7 +11,7 @@ import math
 import os
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,6 +26,7 @@ from nerd.config import ConfigError, check_range, to_dict
 from nerd.datasets.windows import TrajectoryWindows, dataset_files
 from nerd.distributed import Rank, current_rank, replica_checksums
 from nerd.errors import RolloutDivergedError, UserError, first_line
+from nerd.features import JOINT_LIMITS, robot_joint_limits
 from nerd.models import ModelConfig
 from nerd.models.nerd_model import NeRDModel
 from nerd.modes import INITIAL_STATES, NEURAL, InitialStates
@@ -137,6 +138,12 @@ class TrainConfig:
     checkpoint (``--init-from``) also counts the weights it starts from. Each epoch the mean is validated (and
     rollout-checked) beside the weights, written to ``nn/averaged.pt`` and competes for ``nn/best.pt``.
     None: off."""
+    joint_limit_inputs: bool = False
+    """Give the model the ``joint_limits`` input group (our option; :mod:`nerd.features`): each limited joint's
+    penetration beyond its limit and its rate there, for robots that declare
+    :attr:`~nerd.envs.Environment.joint_limits` (the Cartpole's rail stops). False: the release's inputs. A run
+    started ``--init-from`` a model without the group gains it with zero weights, so it starts from that model's
+    predictions."""
     best_checkpoint_by: Literal["rollout", "valid_loss"] = "rollout"
     """What ``nn/best.pt`` minimises: ``"rollout"`` the sum of the per-epoch rollout's error metrics (what a NeRD
     model is for; the one-step loss can fall while the rollout error grows), or ``"valid_loss"`` the one-step
@@ -265,8 +272,10 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int |
     logdir = Path(logdir)
     if not resume and rank.is_main:
         check_run_dir(logdir, RUN_DIR_ENTRIES, overwrite)  # fail fast, before the datasets are read
-    train_data = TrajectoryWindows(cfg.dataset.train, cfg.history_length, device, cfg.dataset.max_train_trajectories)
-    valid_data = TrajectoryWindows(cfg.dataset.valid, cfg.history_length, device)
+    limits = robot_joint_limits(cfg.env_name) if cfg.joint_limit_inputs else ()
+    train_data = TrajectoryWindows(cfg.dataset.train, cfg.history_length, device, cfg.dataset.max_train_trajectories,
+                                   joint_limits=limits)
+    valid_data = TrajectoryWindows(cfg.dataset.valid, cfg.history_length, device, joint_limits=limits)
     sig = train_data.signature
     for name, data in (("training", train_data), ("validation", valid_data)):
         if data.signature.env_name != cfg.env_name:
@@ -494,13 +503,19 @@ def _init_or_resume(cfg: TrainConfig, train_data: TrajectoryWindows, logdir: Pat
         if not last.is_file():
             raise FileNotFoundError(f"nothing to resume: {last} does not exist (start the run without --resume)")
         model, ckpt_sig, payload = load_checkpoint(last, device)
+        check_resume_config(cfg, model.cfg, payload)  # first: a changed config key says more than the layout
         ckpt_sig.check_compatible(sig, what="checkpoint")
-        check_resume_config(cfg, model.cfg, payload)
         start_epoch, optimizer_state = payload["epoch"] + 1, payload["optimizer_state"]
         previous = dict(payload.get("extra") or {})
         best_score = _previous_best(logdir / "nn" / "best.pt", cfg.best_checkpoint_by)
     elif init_from is not None:
         model, ckpt_sig, _ = load_checkpoint(init_from, device)
+        if sig.joint_limits and not ckpt_sig.joint_limits:
+            # The model gains the joint-limit inputs with zero weights: it starts from the checkpoint's predictions,
+            # and the new group's statistics come from the training set like a fresh model's.
+            ckpt_sig = replace(ckpt_sig, joint_limits=sig.joint_limits)
+            model = model.with_input_groups(ckpt_sig.input_groups)
+            model.input_norms[JOINT_LIMITS].update(train_data.inputs[JOINT_LIMITS].flatten(0, 1))
         ckpt_sig.check_compatible(sig, what="checkpoint")
         if to_dict(model.cfg) != to_dict(cfg.model):
             raise ConfigError(f"--init-from {init_from}: its model differs from the config's 'model' section "
@@ -552,6 +567,9 @@ def check_resume_config(cfg: TrainConfig, model_cfg: ModelConfig, payload: dict[
         changed.append(_differences(to_dict(model_cfg), to_dict(cfg.model), "model"))
     if payload["history_length"] != cfg.history_length:
         changed.append(f"history_length {payload['history_length']} -> {cfg.history_length}")
+    old_limits = bool(payload["config"].get("joint_limit_inputs", False))
+    if old_limits != cfg.joint_limit_inputs:
+        changed.append(f"joint_limit_inputs {old_limits} -> {cfg.joint_limit_inputs}")
     old_train = payload["config"].get("dataset", {}).get("train", "")
     if [p.resolve() for p in dataset_files(old_train)] != [p.resolve() for p in dataset_files(cfg.dataset.train)]:
         changed.append(f"dataset.train {old_train} -> {cfg.dataset.train}")

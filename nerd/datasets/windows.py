@@ -13,6 +13,7 @@ release's 100-step ones.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import h5py
@@ -72,10 +73,12 @@ class TrajectoryWindows:
         device: Where the tensors live (a GPU keeps the whole dataset resident).
         max_trajectories: Use only the first trajectories (for quick runs, counted across the files in order);
             None for all.
+        joint_limits: The limits a ``joint_limit_inputs`` model reads (:attr:`RobotSignature.joint_limits`, not
+            stored in datasets); the windows then carry the ``joint_limits`` input group.
     """
 
     def __init__(self, path: str | Path | Sequence[str | Path], history: int, device: str | torch.device = "cpu",
-                 max_trajectories: int | None = None):
+                 max_trajectories: int | None = None, joint_limits: tuple[tuple[int, float, float], ...] = ()):
         files = dataset_files(path)
         self.path = Path(path) if isinstance(path, (str, Path)) else files[0]
         """The file or directory given (the first file of a list)."""
@@ -89,7 +92,7 @@ class TrajectoryWindows:
         for file in files:
             attrs = read_attrs(file)
             try:
-                signature = RobotSignature.from_dict(attrs)
+                signature = replace(RobotSignature.from_dict(attrs), joint_limits=tuple(joint_limits))
             except KeyError as err:
                 raise DatasetError(f"{file} lacks the attribute {err}; it was not written by generate_dataset.py"
                                    ) from err

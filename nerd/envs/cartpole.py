@@ -48,6 +48,7 @@ class Cartpole(Environment):
     continuous_q_indices = (1,)
     anchor_body = 0
     passive_metrics = {"cart_position_error": ("abs", (0,)), "pole_angle_error": ("abs", (1,))}
+    joint_limits = ((0, -RAIL_LIMIT, RAIL_LIMIT),)
 
     def build_robot(self, builder: newton.ModelBuilder) -> None:
         """Add the cart (prismatic along x) and the pole (revolute about y, unlimited)."""

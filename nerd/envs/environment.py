@@ -121,6 +121,9 @@ class Environment:
     ground_plane_rules: ClassVar[tuple[str, ...]] = ()
     """Robots whose data is generated on a random ground plane per trajectory (the pendulum): the names of the rules
     their ``sample_ground_planes`` accepts, the default first (empty: no random planes)."""
+    joint_limits: ClassVar[tuple[tuple[int, float, float], ...]] = ()
+    """``(joint_q index, lower, upper)`` of the joint limits a model trained with ``joint_limit_inputs`` (our option)
+    reads, as built into the robot (a test checks them against the model); empty: the option is refused."""
     passive_metrics: ClassVar[dict[str, tuple[str, tuple[int, ...]]]] = {}
     """Passive-motion metrics (spec §9): name -> (kind, joint_q indices). Kinds: ``"abs"`` mean |dq| over the
     indices (wrapped for continuous joints), ``"position"`` base position distance, ``"orientation"`` base

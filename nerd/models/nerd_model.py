@@ -118,6 +118,35 @@ class NeRDModel(nn.Module):
             tensors.append(x)
         return tensors
 
+    def with_input_groups(self, input_groups: Mapping[str, int]) -> NeRDModel:
+        """A copy of this model that reads more input groups, with the same predictions until it is trained.
+
+        Every group of this model must be among ``input_groups`` with its width. The first layer's weights on the
+        new groups' token columns (the backbone's token embedding, the linear skip) start at zero, and the new
+        groups' statistics are the identity until :meth:`update_statistics` or their own ``update``.
+
+        Raises:
+            ValueError: If a group of this model is missing from ``input_groups`` or has another width.
+        """
+        lost = [f"{k} ({w})" for k, w in self._input_groups.items() if input_groups.get(k) != w]
+        if lost:
+            raise ValueError(f"with_input_groups must keep every input group with its width; lost {', '.join(lost)}")
+        wider = NeRDModel(input_groups, self.output_dim, self.cfg).to(self.target_norm.mean.device)
+        offsets, start = {}, 0
+        for name, width in wider._input_groups.items():
+            offsets[name], start = start, start + width
+        columns = torch.cat([torch.arange(offsets[k], offsets[k] + w) for k, w in self._input_groups.items()])
+        state = wider.state_dict()
+        for key, value in self.state_dict().items():
+            if state[key].shape == value.shape:
+                state[key] = value.clone()
+            else:  # a layer reading the token: its old columns move to where their groups now sit
+                widened = torch.zeros_like(state[key])
+                widened[:, columns] = value
+                state[key] = widened
+        wider.load_state_dict(state)
+        return wider
+
     def update_statistics(self, inputs: Mapping[str, torch.Tensor], target: torch.Tensor) -> None:
         """Merge a batch of training data into the normalisation statistics.
 

@@ -1,12 +1,15 @@
-"""Model inputs built from the live simulator: release token widths, contact masking, spatial invariance."""
+"""Model inputs built from the live simulator: release token widths, contact masking, spatial invariance, the
+joint-limit inputs."""
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
 from nerd.envs import make_env
-from nerd.features import active_contact_mask, build_inputs, signature_of_env
+from nerd.errors import UserError
+from nerd.features import RobotSignature, active_contact_mask, build_inputs, signature_of_env
 from nerd.frames import quat_from_axis_angle, quat_mul, quat_rotate
 
 
@@ -63,3 +66,46 @@ def test_translated_and_yawed_ant_gives_identical_inputs():
     groups, _ = build_inputs(signature_of_env(env), env.get_states(), env.get_root_body_q(), torch.zeros(2, 8),
                              env.get_contacts())
     assert (groups["gravity_dir"][0] - groups["gravity_dir"][1]).abs().max() > 0.1
+
+
+def test_joint_limit_inputs_read_the_penetration_and_its_rate():
+    """The joint_limits group (our option) is, per limited coordinate, q beyond its limit (signed) and the rate
+    there; both are 0 inside the range. The Cartpole's rail: q 4.1 m at 2 m/s -> (0.1, 2); -4.2 m at -1 m/s ->
+    (-0.2, -1); 3.9 m at 5 m/s -> (0, 0). The release's token stays as it was when the option is off."""
+    env = make_env("Cartpole", 3)
+    sig = signature_of_env(env, joint_limit_inputs=True)
+    assert sig.joint_limits == ((0, -4.0, 4.0),)
+    assert sig.input_groups == {"states": 4, "joint_acts": 2, "joint_limits": 2}
+    assert "joint_limits" not in signature_of_env(env).input_groups
+    states = torch.tensor([[4.1, 0.3, 2.0, 0.5], [-4.2, 0.0, -1.0, 0.0], [3.9, 1.0, 5.0, 1.0]])
+    groups, _ = build_inputs(sig, states, env.get_root_body_q(), torch.zeros(3, 2))
+    torch.testing.assert_close(groups["joint_limits"], torch.tensor([[0.1, 2.0], [-0.2, -1.0], [0.0, 0.0]]))
+    torch.testing.assert_close(groups["states"], states)
+
+
+def test_joint_limits_ride_in_the_signature_and_only_where_declared():
+    """A signature with limits round-trips through its dict form; one without leaves the key out (datasets'
+    attributes unchanged) and reads back as none; a robot that declares no limits refuses the option."""
+    env = make_env("Cartpole", 1)
+    sig = signature_of_env(env, joint_limit_inputs=True)
+    assert RobotSignature.from_dict(sig.to_dict()) == sig
+    plain = signature_of_env(env)
+    assert "joint_limits" not in plain.to_dict() and RobotSignature.from_dict(plain.to_dict()) == plain
+    with pytest.raises(UserError, match="joint_limit_inputs: PendulumWithContact declares no joint limits"):
+        signature_of_env(make_env("PendulumWithContact", 1), joint_limit_inputs=True)
+    with pytest.raises(UserError, match=r"joint_limits \(\(0, -4.0, 4.0\),\) vs \(\)"):
+        sig.check_compatible(plain)
+
+
+@pytest.mark.parametrize("name", ["Cartpole"])
+def test_declared_joint_limits_are_the_built_ones(name):
+    """Environment.joint_limits, which training reads without building the robot, are the limits in its model."""
+    env = make_env(name, 1)
+    lower, upper = env.model.joint_limit_lower.numpy(), env.model.joint_limit_upper.numpy()
+    starts = env.model.joint_q_start.numpy()
+    qd_starts = env.model.joint_qd_start.numpy()
+    assert env.joint_limits
+    for q_index, low, high in env.joint_limits:
+        joint = int(np.searchsorted(starts, q_index, side="right")) - 1
+        dof = int(qd_starts[joint]) + q_index - int(starts[joint])
+        assert (lower[dof], upper[dof]) == pytest.approx((low, high))

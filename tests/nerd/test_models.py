@@ -349,3 +349,24 @@ def test_last_position_fast_path_matches_the_full_forward(model_type):
         backbone = model.backbone
         with torch.inference_mode():
             torch.testing.assert_close(backbone.forward_last(tokens), backbone(tokens)[:, -1], atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("model_type", ["transformer", "mlp"])
+def test_a_model_widened_with_a_new_group_predicts_as_before(model_type):
+    """with_input_groups (a fine-tune gaining the joint-limit inputs) keeps the predictions whatever the new group
+    holds, keeps each old group's statistics, and refuses to drop or resize a group."""
+    torch.manual_seed(0)
+    cfg = dataclasses.replace(tiny_config(model_type), linear_skip=True)
+    model = NeRDModel(GROUPS, output_dim=4, cfg=cfg).eval()
+    model.update_statistics(random_inputs(64, 1), torch.randn(64, 1, 4))
+    for p in model.parameters():  # non-zero skip weights too, so both first layers are tested
+        p.data.add_(0.1 * torch.randn_like(p))
+    # The new group in the middle: the old columns must follow their groups, not keep their positions.
+    groups = {"states": 3, "joint_limits": 2, "contact_depths": 2, "gravity_dir": 3}
+    wider = model.with_input_groups(groups).eval()
+    inputs = random_inputs(5, 4, groups=groups)
+    inputs["joint_limits"] = 10.0 * inputs["joint_limits"]
+    torch.testing.assert_close(wider.predict(inputs), model.predict(inputs), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(wider.input_norms["states"].mean, model.input_norms["states"].mean)
+    with pytest.raises(ValueError, match=r"lost contact_depths \(2\)"):
+        model.with_input_groups({"states": 3, "contact_depths": 1, "gravity_dir": 3})

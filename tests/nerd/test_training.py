@@ -10,6 +10,7 @@ import torch
 
 from nerd.checkpoint import average_checkpoints, checkpoint_label, load_checkpoint, save_checkpoint
 from nerd.config import ConfigError, from_dict
+from nerd.datasets.windows import TrajectoryWindows
 from nerd.envs import make_env
 from nerd.errors import UserError
 from nerd.evaluation import evaluate_passive
@@ -17,7 +18,7 @@ from nerd.features import signature_of_env
 from nerd.generation import GenerationConfig, generate_dataset
 from nerd.neural_environment import NeuralEnvironment
 from nerd.scripts.average import main as average_main
-from nerd.training import RolloutEvalConfig, TrainConfig, get_lr, train
+from nerd.training import RolloutEvalConfig, TrainConfig, get_lr, train, validation_loss
 
 TINY_MODEL = {"type": "transformer",
               "transformer": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "head_hidden": [16]}}
@@ -594,3 +595,35 @@ def test_metric_units_follow_what_each_metric_scores():
     assert metric_units(make_env("Ant", 1)) == {"base_position_error": "m", "base_orientation_error": "rad",
                                                "joint_position_error": "rad"}
     assert metric_units(make_env("Franka", 1)) == {"joint_position_error": "rad", "end_effector_position_error": "m"}
+
+
+def test_joint_limit_inputs_train_from_a_release_input_model(tmp_path):
+    """joint_limit_inputs: a fine-tune from a model without the group starts from its weights (same first
+    validation state as the source, within training noise) and its checkpoint drives the Cartpole in neural mode;
+    flipping the option on resume, or asking it of a robot without declared limits, is a one-line error."""
+    for split, seed, n in (("train", 0, 600), ("valid", 1, 300)):
+        generate_dataset(GenerationConfig("Cartpole", n, trajectory_length=30, num_envs=20, seed=seed,
+                                          initial_states="limits"), tmp_path / f"{split}.hdf5", progress=False)
+    cfg = from_dict(TrainConfig, {
+        "env_name": "Cartpole", "model": TINY_MODEL, "num_epochs": 1, "batches_per_epoch": 10, "batch_size": 32,
+        "valid_batches": 3, "rollout_eval": {"num_envs": 2, "horizon": 5},
+        "dataset": {"train": str(tmp_path / "train.hdf5"), "valid": str(tmp_path / "valid.hdf5")},
+    })
+    train(cfg, tmp_path / "plain", seed=0, progress=False)
+    limits = dataclasses.replace(cfg, joint_limit_inputs=True, lr_start=1e-9, lr_end=1e-9)
+    summary = train(limits, tmp_path / "limits", seed=0, init_from=tmp_path / "plain/nn/last.pt", progress=False)
+    model, sig, _ = load_checkpoint(tmp_path / "limits/nn/last.pt")
+    assert sig.joint_limits == ((0, -4.0, 4.0),) and "joint_limits" in model.input_groups
+    # At a vanishing learning rate the widened model predicts what its source did (same validation batches: the
+    # run validates with seed + 1).
+    plain_loss = validation_loss(load_checkpoint(tmp_path / "plain/nn/last.pt")[0],
+                                 TrajectoryWindows(cfg.dataset.valid, 10), 32, 3, 1)
+    assert summary["epochs"][0]["valid_loss"] == pytest.approx(plain_loss, rel=1e-3)
+    nenv = NeuralEnvironment.from_checkpoint(make_env("Cartpole", 2), tmp_path / "limits/nn/last.pt")
+    nenv.step(torch.zeros(2, 1))
+    assert torch.isfinite(nenv.get_states()).all()
+    with pytest.raises(ConfigError, match="joint_limit_inputs True -> False"):
+        train(dataclasses.replace(limits, num_epochs=2, joint_limit_inputs=False), tmp_path / "limits", resume=True,
+              progress=False)
+    with pytest.raises(UserError, match="PendulumWithContact declares no joint limits"):
+        train(dataclasses.replace(limits, env_name="PendulumWithContact"), tmp_path / "pendulum", progress=False)

@@ -1,10 +1,14 @@
 """bench/cartpole_rail.py: the phase of a transition against the rail's end stops, and the slow-bounce share."""
 
+import dataclasses
 import runpy
 
 import numpy as np
+import pytest
 import torch
 
+from nerd.checkpoint import load_checkpoint, save_checkpoint
+from nerd.features import robot_joint_limits
 from tests.scripts.test_entry_points import REPO
 
 
@@ -36,9 +40,18 @@ def test_one_step_errors_cover_every_window_once(tmp_path):
                            initial_states="limits")
     path = str(generate_dataset(cfg, tmp_path / "limits.hdf5", progress=False).path)
     model = str(REPO / "pretrained_models/NeRD_models/Cartpole/model.pt")
-    result = load_script()["one_step_errors"]([model], path, max_trajectories=64, device="cpu")
+    # The shipped model widened with the joint-limit inputs (zero weights): it needs windows with that group, and
+    # predicts what the shipped model does.
+    shipped, sig, payload = load_checkpoint(model)
+    sig = dataclasses.replace(sig, joint_limits=robot_joint_limits("Cartpole"))
+    widened = str(tmp_path / "widened.pt")
+    save_checkpoint(widened, shipped.with_input_groups(sig.input_groups), sig, payload["config"],
+                    history_length=payload["history_length"])
+    result = load_script()["one_step_errors"]([model, widened], path, max_trajectories=64, device="cpu")
     row = result["models"][model]
     counts = {phase: row[phase]["transitions"] for phase in row}
     assert sum(counts.values()) == 64 * (40 - 10 + 1)
     assert min(counts.values()) > 0
     assert all(np.isfinite(v) for phase in row.values() for k, v in phase.items() if k != "transitions")
+    for phase, errors in result["models"][widened].items():
+        assert errors == pytest.approx(row[phase], rel=1e-4), phase
