@@ -26,7 +26,7 @@
 #   BENCH     1 runs the throughput step first; 0 leaves the whole deadline to the trainings (1)
 #   TRANSITIONS  training transitions generated where the data is missing (1000000)
 #   INIT      the weights the small runs start from (pretrained_models/NeRD_models/$ENV/model.pt)
-#   TRAIN     the training data (data/$ENV/train.hdf5); another file is used as it is, and generated only with TRAIN_GEN
+#   TRAIN     the training data (data/$ENV/train.hdf5); another file, or a directory of parts, is used as it is, and generated only with TRAIN_GEN
 #   TRAIN_GEN generation options for a missing TRAIN file, e.g. "--torque-scale log-uniform" (none: not generated)
 #   CHECK     rollout or valid_loss: what picks best.pt (rollout where Newton imports)
 #   CHECK_ENVS, CHECK_H  the rollout check's size (Cartpole 256 x 1000, Ant 128 x 500: the evaluated horizons)
@@ -75,7 +75,7 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 OMP_NUM_THR
             --device "$DEV" $options --overwrite > "$RUNS/generate_$1.log" 2>&1
         echo "generated $file rc=$? at ${SECONDS}s"
     done
-    [ -f "$TRAIN" ] || echo "missing $TRAIN: carry it to this machine or give TRAIN_GEN"
+    [ -e "$TRAIN" ] || echo "missing $TRAIN: carry it to this machine or give TRAIN_GEN"  # a file or a directory of parts
 
     # 1. the training step alone, with and without data loading, against the measured float32 matmul rate
     matmul=1024
