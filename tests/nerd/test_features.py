@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from nerd.envs import make_env
+from nerd.envs import ENV_NAMES, env_class, make_env
 from nerd.errors import UserError
 from nerd.features import RobotSignature, active_contact_mask, build_inputs, signature_of_env
 from nerd.frames import quat_from_axis_angle, quat_mul, quat_rotate
@@ -97,7 +97,7 @@ def test_joint_limits_ride_in_the_signature_and_only_where_declared():
         sig.check_compatible(plain)
 
 
-@pytest.mark.parametrize("name", ["Cartpole"])
+@pytest.mark.parametrize("name", [name for name in ENV_NAMES if env_class(name).joint_limits])
 def test_declared_joint_limits_are_the_built_ones(name):
     """Environment.joint_limits, which training reads without building the robot, are the limits in its model."""
     env = make_env(name, 1)
