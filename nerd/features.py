@@ -210,15 +210,13 @@ def joint_limit_features(sig: RobotSignature, states: Tensor) -> Tensor:
 
     Coordinates, limits and rates are the same in any frame, so the world-frame states serve every robot.
     """
-    q_index = [i for i, _, _ in sig.joint_limits]
+    # Per-column views and Python-float limits: this runs every neural step, where index lists and limit tensors
+    # would allocate (and, on a GPU, copy) afresh each time.
     # A free joint has 7 coordinates and 6 rates, so a joint's rate sits one column earlier in joint_qd.
-    qd_index = [sig.dof_q + i - (1 if sig.floating_base else 0) for i in q_index]
-    lower = states.new_tensor([lo for _, lo, _ in sig.joint_limits])
-    upper = states.new_tensor([hi for _, _, hi in sig.joint_limits])
-    q = states[..., q_index]
-    depth = torch.clamp(q - upper, min=0.0) + torch.clamp(q - lower, max=0.0)
-    rate = torch.where(depth != 0.0, states[..., qd_index], torch.zeros((), dtype=states.dtype, device=states.device))
-    return torch.cat([depth, rate], dim=-1)
+    rate_offset = sig.dof_q - (1 if sig.floating_base else 0)
+    depth = torch.stack([states[..., i] - states[..., i].clamp(lo, hi) for i, lo, hi in sig.joint_limits], dim=-1)
+    rate = torch.stack([states[..., rate_offset + i] for i, _, _ in sig.joint_limits], dim=-1)
+    return torch.cat([depth, torch.where(depth != 0.0, rate, 0.0)], dim=-1)
 
 
 def build_targets(sig: RobotSignature, states: Tensor, next_states: Tensor, anchor: Tensor | None) -> Tensor:
