@@ -9,6 +9,7 @@ import torch
 
 from nerd.checkpoint import load_checkpoint, save_checkpoint
 from nerd.features import robot_joint_limits
+from nerd.models.nerd_model import NeRDModel
 from tests.scripts.test_entry_points import REPO
 
 
@@ -39,19 +40,26 @@ def test_one_step_errors_cover_every_window_once(tmp_path):
     cfg = GenerationConfig("Cartpole", 64 * 40, trajectory_length=40, num_envs=64, seed=2, passive=True,
                            initial_states="limits")
     path = str(generate_dataset(cfg, tmp_path / "limits.hdf5", progress=False).path)
-    model = str(REPO / "pretrained_models/NeRD_models/Cartpole/model.pt")
-    # The shipped model widened with the joint-limit inputs (zero weights): it needs windows with that group, and
-    # predicts what the shipped model does.
-    shipped, sig, payload = load_checkpoint(model)
-    sig = dataclasses.replace(sig, joint_limits=robot_joint_limits("Cartpole"))
-    widened = str(tmp_path / "widened.pt")
-    save_checkpoint(widened, shipped.with_input_groups(sig.input_groups), sig, payload["config"],
+    shipped_path = str(REPO / "pretrained_models/NeRD_models/Cartpole/model.pt")
+    shipped, sig, payload = load_checkpoint(shipped_path)
+    # A model with the release's inputs (random weights) and the same widened with the joint-limit inputs (zero
+    # weights): they need windows with different groups, and predict the same. The shipped model reads the group.
+    torch.manual_seed(0)
+    release_sig = dataclasses.replace(sig, joint_limits=())
+    base = NeRDModel(release_sig.input_groups, shipped.output_dim, shipped.cfg)
+    model, widened = str(tmp_path / "release_inputs.pt"), str(tmp_path / "widened.pt")
+    save_checkpoint(model, base, release_sig, payload["config"], history_length=payload["history_length"])
+    limits_sig = dataclasses.replace(sig, joint_limits=robot_joint_limits("Cartpole"))
+    save_checkpoint(widened, base.with_input_groups(limits_sig.input_groups), limits_sig, payload["config"],
                     history_length=payload["history_length"])
-    result = load_script()["one_step_errors"]([model, widened], path, max_trajectories=64, device="cpu")
+    result = load_script()["one_step_errors"]([model, widened, shipped_path], path, max_trajectories=64,
+                                              device="cpu")
     row = result["models"][model]
     counts = {phase: row[phase]["transitions"] for phase in row}
     assert sum(counts.values()) == 64 * (40 - 10 + 1)
     assert min(counts.values()) > 0
-    assert all(np.isfinite(v) for phase in row.values() for k, v in phase.items() if k != "transitions")
+    for name in (model, shipped_path):
+        assert all(np.isfinite(v) for phase in result["models"][name].values() for k, v in phase.items()
+                   if k != "transitions")
     for phase, errors in result["models"][widened].items():
         assert errors == pytest.approx(row[phase], rel=1e-4), phase
