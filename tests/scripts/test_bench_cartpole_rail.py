@@ -48,7 +48,8 @@ def test_one_step_errors_cover_every_window_once(tmp_path):
     release_sig = dataclasses.replace(sig, joint_limits=())
     base = NeRDModel(release_sig.input_groups, shipped.output_dim, shipped.cfg)
     model, widened = str(tmp_path / "release_inputs.pt"), str(tmp_path / "widened.pt")
-    save_checkpoint(model, base, release_sig, payload["config"], history_length=payload["history_length"])
+    save_checkpoint(model, base, release_sig, {**payload["config"], "joint_limit_inputs": False},
+                    history_length=payload["history_length"])
     limits_sig = dataclasses.replace(sig, joint_limits=robot_joint_limits("Cartpole"))
     save_checkpoint(widened, base.with_input_groups(limits_sig.input_groups), limits_sig, payload["config"],
                     history_length=payload["history_length"])
