@@ -119,10 +119,10 @@ def one_step_errors(model_paths: list[str], dataset: str, max_trajectories: int,
     for path in model_paths:
         model, signature, payload = load_checkpoint(path, device)
         model.eval()
-        key = payload["history_length"], signature.joint_limits
+        key = payload["history_length"], signature.joint_limits, bool(signature.joint_limit_lookahead)
         if key not in windows:
             windows[key] = TrajectoryWindows(dataset, key[0], device, max_trajectories=max_trajectories,
-                                             joint_limits=key[1])
+                                             joint_limits=key[1], joint_limit_lookahead=key[2])
         data = windows[key]
         signature.check_compatible(data.signature, what=f"checkpoint {path}")
         errors, phases = [], []

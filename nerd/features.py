@@ -11,6 +11,9 @@ Our option ``joint_limit_inputs`` appends a ``joint_limits`` group (2L): for eac
 its penetration beyond the limit (signed, 0 inside the range) and its rate while beyond it (0 inside). It is the
 joint-space analogue of the contact depth: the limit's spring-damper force, ``-ke * penetration - kd * rate``, is
 linear in these two inputs, where the state alone makes it a kink the network has to carve out of ``q``.
+Our option ``joint_limit_lookahead`` (with it) appends a ``joint_limit_lookahead`` group (2L): the same two
+quantities one frame ahead, for ``q + q̇ Δt`` (Δt the frame's duration). It gives the frame that enters a limit its
+cue: the step starts inside the range, where the penetration is still zero, and ends beyond it.
 
 Pure torch, engine-free: the same code runs on dataset batches and on live simulator tensors.
 """
@@ -40,6 +43,8 @@ ACTIVE_DEPTH_FLOOR = 0.12
 ACTIVE_THICKNESS_FACTOR = 4.0
 JOINT_LIMITS = "joint_limits"
 """Name of the joint-limit input group (our option ``joint_limit_inputs``)."""
+JOINT_LIMIT_LOOKAHEAD = "joint_limit_lookahead"
+"""Name of the look-ahead joint-limit input group (our option ``joint_limit_lookahead``)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,13 @@ class RobotSignature:
     joint_limits: tuple[tuple[int, float, float], ...] = ()
     """``(joint_q index, lower, upper)`` of the joint limits whose penetration the model reads (the ``joint_limits``
     input group, our option ``joint_limit_inputs``); empty for the release's inputs."""
+    joint_limit_lookahead: float = 0.0
+    """[s] How far ahead the ``joint_limit_lookahead`` group (our option) looks: the frame's duration, since a
+    model predicts one frame; 0 for no such group. Only with :attr:`joint_limits`."""
+
+    def __post_init__(self) -> None:
+        if self.joint_limit_lookahead and not self.joint_limits:
+            raise UserError("joint_limit_lookahead needs joint_limit_inputs: it looks ahead at the same limits")
 
     @property
     def layout(self) -> StateLayout:
@@ -79,6 +91,8 @@ class RobotSignature:
             groups["gravity_dir"] = 3
         if self.joint_limits:
             groups[JOINT_LIMITS] = 2 * len(self.joint_limits)
+        if self.joint_limit_lookahead:
+            groups[JOINT_LIMIT_LOOKAHEAD] = 2 * len(self.joint_limits)
         return groups
 
     @property
@@ -94,6 +108,8 @@ class RobotSignature:
         limits = d.pop("joint_limits")
         if limits:
             d["joint_limits"] = [list(limit) for limit in limits]
+        if not d["joint_limit_lookahead"]:
+            del d["joint_limit_lookahead"]
         return d
 
     @classmethod
@@ -108,6 +124,7 @@ class RobotSignature:
             robot_variant=str(d.get("robot_variant", "")),
             # Datasets never hold it (it is a model's choice); checkpoints written before it existed read none.
             joint_limits=tuple((int(i), float(lo), float(hi)) for i, lo, hi in d.get("joint_limits", ())),
+            joint_limit_lookahead=float(d.get("joint_limit_lookahead", 0.0)),
         )
 
     def check_compatible(self, other: RobotSignature, what: str = "checkpoint") -> None:
@@ -138,14 +155,15 @@ def _variants_interchangeable(env_name: str) -> bool:
         return False
 
 
-def signature_of_env(env, joint_limit_inputs: bool = False) -> RobotSignature:
+def signature_of_env(env, joint_limit_inputs: bool = False, joint_limit_lookahead: bool = False) -> RobotSignature:
     """Signature of a live :class:`~nerd.envs.Environment`; with ``joint_limit_inputs``, of a model that reads the
-    robot's :attr:`~nerd.envs.Environment.joint_limits`."""
+    robot's :attr:`~nerd.envs.Environment.joint_limits`, with ``joint_limit_lookahead`` also one frame ahead."""
     return RobotSignature(
         env_name=env.name, dof_q=env.dof_q, dof_qd=env.dof_qd, floating_base=env.floating_base,
         continuous_q_indices=tuple(env.continuous_q_indices), states_frame=env.states_frame,
         contact_count=env.contact_count, joint_act_dim=env.act_dim, robot_variant=env.robot_variant,
         joint_limits=robot_joint_limits(env.name) if joint_limit_inputs else (),
+        joint_limit_lookahead=env.frame_dt if joint_limit_lookahead else 0.0,
     )
 
 
@@ -200,13 +218,15 @@ def build_inputs(sig: RobotSignature, states: Tensor, root_body_q: Tensor, joint
     if sig.states_frame == "body":
         groups["gravity_dir"] = gravity_to_anchor_frame(anchor)
     if sig.joint_limits:
-        groups[JOINT_LIMITS] = joint_limit_features(sig, states)
+        groups.update(joint_limit_features(sig, states))
     return groups, anchor
 
 
-def joint_limit_features(sig: RobotSignature, states: Tensor) -> Tensor:
-    """(..., 2L): per limited coordinate, the penetration beyond its limit (q - upper above it, q - lower below
-    it, 0 between) and the coordinate's rate while beyond it (0 between); L limits in ``sig.joint_limits`` order.
+def joint_limit_features(sig: RobotSignature, states: Tensor) -> dict[str, Tensor]:
+    """The joint-limit input groups of ``sig``: ``joint_limits`` (..., 2L), per limited coordinate the penetration
+    beyond its limit (q - upper above it, q - lower below it, 0 between) and the coordinate's rate while beyond it
+    (0 between), L limits in ``sig.joint_limits`` order; with a look-ahead, ``joint_limit_lookahead`` (..., 2L),
+    the same for ``q + q̇ * sig.joint_limit_lookahead``.
 
     Coordinates, limits and rates are the same in any frame, so the world-frame states serve every robot.
     """
@@ -214,9 +234,20 @@ def joint_limit_features(sig: RobotSignature, states: Tensor) -> Tensor:
     # would allocate (and, on a GPU, copy) afresh each time.
     # A free joint has 7 coordinates and 6 rates, so a joint's rate sits one column earlier in joint_qd.
     rate_offset = sig.dof_q - (1 if sig.floating_base else 0)
-    depth = torch.stack([states[..., i] - states[..., i].clamp(lo, hi) for i, lo, hi in sig.joint_limits], dim=-1)
-    rate = torch.stack([states[..., rate_offset + i] for i, _, _ in sig.joint_limits], dim=-1)
-    return torch.cat([depth, torch.where(depth != 0.0, rate, 0.0)], dim=-1)
+    rates = [states[..., rate_offset + i] for i, _, _ in sig.joint_limits]
+    rate = torch.stack(rates, dim=-1)
+
+    def penetration_and_rate(q: list[Tensor]) -> Tensor:
+        depth = torch.stack([qi - qi.clamp(lo, hi) for qi, (_, lo, hi) in zip(q, sig.joint_limits, strict=True)],
+                            dim=-1)
+        return torch.cat([depth, torch.where(depth != 0.0, rate, 0.0)], dim=-1)
+
+    q = [states[..., i] for i, _, _ in sig.joint_limits]
+    groups = {JOINT_LIMITS: penetration_and_rate(q)}
+    if sig.joint_limit_lookahead:
+        dt = sig.joint_limit_lookahead
+        groups[JOINT_LIMIT_LOOKAHEAD] = penetration_and_rate([qi + dt * ri for qi, ri in zip(q, rates, strict=True)])
+    return groups
 
 
 def build_targets(sig: RobotSignature, states: Tensor, next_states: Tensor, anchor: Tensor | None) -> Tensor:

@@ -17,7 +17,7 @@ import torch
 from nerd.checkpoint import load_checkpoint
 from nerd.envs.environment import Environment
 from nerd.errors import UserError
-from nerd.features import JOINT_LIMITS, signature_of_env
+from nerd.features import JOINT_LIMIT_LOOKAHEAD, JOINT_LIMITS, signature_of_env
 from nerd.integrator import NeRDIntegrator
 from nerd.models.nerd_model import NeRDModel
 from nerd.modes import ENV_MODES, GROUND_TRUTH, NEURAL
@@ -43,9 +43,10 @@ class NeuralEnvironment:
         self.control_steps = env.control_steps
         """Frames per policy action in RL tasks (the robot's control mode's)."""
         self.torch_device = env.torch_device
-        # A model that reads joint limits (our option joint_limit_inputs) has their input group.
-        reads_limits = nerd_model is not None and JOINT_LIMITS in nerd_model.input_groups
-        self.signature = signature_of_env(env, joint_limit_inputs=reads_limits)
+        # A model that reads joint limits (our options joint_limit_inputs, joint_limit_lookahead) has their groups.
+        groups = nerd_model.input_groups if nerd_model is not None else {}
+        self.signature = signature_of_env(env, joint_limit_inputs=JOINT_LIMITS in groups,
+                                          joint_limit_lookahead=JOINT_LIMIT_LOOKAHEAD in groups)
         self.integrator: NeRDIntegrator | None = None
         if nerd_model is not None:
             nerd_model = nerd_model.to(env.torch_device).eval()
@@ -62,7 +63,8 @@ class NeuralEnvironment:
                         compile_model: bool = False) -> NeuralEnvironment:
         """Load a NeRD checkpoint for ``env``; a checkpoint for another robot or layout is a ValueError."""
         nerd_model, signature, payload = load_checkpoint(path, device=env.torch_device)
-        signature.check_compatible(signature_of_env(env, joint_limit_inputs=bool(signature.joint_limits)))
+        signature.check_compatible(signature_of_env(env, joint_limit_inputs=bool(signature.joint_limits),
+                                                    joint_limit_lookahead=bool(signature.joint_limit_lookahead)))
         return cls(env, nerd_model, env_mode, history_length=payload["history_length"], compile_model=compile_model)
 
     # ----------------------------------------------------------------------------------------------

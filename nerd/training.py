@@ -26,7 +26,7 @@ from nerd.config import ConfigError, check_range, to_dict
 from nerd.datasets.windows import TrajectoryWindows, dataset_files
 from nerd.distributed import Rank, current_rank, replica_checksums
 from nerd.errors import RolloutDivergedError, UserError, first_line
-from nerd.features import JOINT_LIMITS, robot_joint_limits
+from nerd.features import robot_joint_limits
 from nerd.models import ModelConfig
 from nerd.models.nerd_model import NeRDModel
 from nerd.modes import INITIAL_STATES, NEURAL, InitialStates
@@ -144,6 +144,10 @@ class TrainConfig:
     :attr:`~nerd.envs.Environment.joint_limits` (the Cartpole's rail stops). False: the release's inputs. A run
     started ``--init-from`` a model without the group gains it with zero weights, so it starts from that model's
     predictions."""
+    joint_limit_lookahead: bool = False
+    """With ``joint_limit_inputs``, also give the model the ``joint_limit_lookahead`` group (our option;
+    :mod:`nerd.features`): the same penetration and rate one frame ahead, for ``q + q̇ Δt``, the cue of the frame
+    that enters a limit. A run started ``--init-from`` a model without the group gains it with zero weights."""
     best_checkpoint_by: Literal["rollout", "valid_loss"] = "rollout"
     """What ``nn/best.pt`` minimises: ``"rollout"`` the sum of the per-epoch rollout's error metrics (what a NeRD
     model is for; the one-step loss can fall while the rollout error grows), or ``"valid_loss"`` the one-step
@@ -158,6 +162,9 @@ class TrainConfig:
         if self.micro_batch_size is not None and self.unroll_steps > 1:
             # The unrolled inputs of a batch form one autograd graph, which per-part backward passes would free.
             raise ConfigError("config key 'micro_batch_size': not supported with unroll_steps > 1; leave it unset")
+        if self.joint_limit_lookahead and not self.joint_limit_inputs:
+            raise ConfigError("config key 'joint_limit_lookahead': needs joint_limit_inputs: true (it looks ahead "
+                              "at the same limits)")
         check_range("dataset.max_train_trajectories", self.dataset.max_train_trajectories, low=1)
         check_range("grad_clip", self.grad_clip, low=0, low_open=True)
         check_range("lr_start", self.lr_start, low=0, low_open=True)
@@ -274,8 +281,9 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int |
         check_run_dir(logdir, RUN_DIR_ENTRIES, overwrite)  # fail fast, before the datasets are read
     limits = robot_joint_limits(cfg.env_name) if cfg.joint_limit_inputs else ()
     train_data = TrajectoryWindows(cfg.dataset.train, cfg.history_length, device, cfg.dataset.max_train_trajectories,
-                                   joint_limits=limits)
-    valid_data = TrajectoryWindows(cfg.dataset.valid, cfg.history_length, device, joint_limits=limits)
+                                   joint_limits=limits, joint_limit_lookahead=cfg.joint_limit_lookahead)
+    valid_data = TrajectoryWindows(cfg.dataset.valid, cfg.history_length, device, joint_limits=limits,
+                                   joint_limit_lookahead=cfg.joint_limit_lookahead)
     sig = train_data.signature
     for name, data in (("training", train_data), ("validation", valid_data)):
         if data.signature.env_name != cfg.env_name:
@@ -510,12 +518,15 @@ def _init_or_resume(cfg: TrainConfig, train_data: TrajectoryWindows, logdir: Pat
         best_score = _previous_best(logdir / "nn" / "best.pt", cfg.best_checkpoint_by)
     elif init_from is not None:
         model, ckpt_sig, _ = load_checkpoint(init_from, device)
-        if sig.joint_limits and not ckpt_sig.joint_limits:
-            # The model gains the joint-limit inputs with zero weights: it starts from the checkpoint's predictions,
-            # and the new group's statistics come from the training set like a fresh model's.
-            ckpt_sig = replace(ckpt_sig, joint_limits=sig.joint_limits)
+        gained = replace(ckpt_sig, joint_limits=sig.joint_limits, joint_limit_lookahead=sig.joint_limit_lookahead)
+        new_groups = [g for g in gained.input_groups if g not in ckpt_sig.input_groups]
+        if new_groups and gained.input_groups.keys() >= ckpt_sig.input_groups.keys():
+            # The model gains joint-limit input groups with zero weights: it starts from the checkpoint's
+            # predictions, and the new groups' statistics come from the training set like a fresh model's.
+            ckpt_sig = gained
             model = model.with_input_groups(ckpt_sig.input_groups)
-            model.input_norms[JOINT_LIMITS].update(train_data.inputs[JOINT_LIMITS].flatten(0, 1))
+            for group in new_groups:
+                model.input_norms[group].update(train_data.inputs[group].flatten(0, 1))
         ckpt_sig.check_compatible(sig, what="checkpoint")
         if to_dict(model.cfg) != to_dict(cfg.model):
             raise ConfigError(f"--init-from {init_from}: its model differs from the config's 'model' section "
@@ -567,9 +578,10 @@ def check_resume_config(cfg: TrainConfig, model_cfg: ModelConfig, payload: dict[
         changed.append(_differences(to_dict(model_cfg), to_dict(cfg.model), "model"))
     if payload["history_length"] != cfg.history_length:
         changed.append(f"history_length {payload['history_length']} -> {cfg.history_length}")
-    old_limits = bool(payload["config"].get("joint_limit_inputs", False))
-    if old_limits != cfg.joint_limit_inputs:
-        changed.append(f"joint_limit_inputs {old_limits} -> {cfg.joint_limit_inputs}")
+    for key in ("joint_limit_inputs", "joint_limit_lookahead"):
+        old = bool(payload["config"].get(key, False))
+        if old != getattr(cfg, key):
+            changed.append(f"{key} {old} -> {getattr(cfg, key)}")
     old_train = payload["config"].get("dataset", {}).get("train", "")
     if [p.resolve() for p in dataset_files(old_train)] != [p.resolve() for p in dataset_files(cfg.dataset.train)]:
         changed.append(f"dataset.train {old_train} -> {cfg.dataset.train}")

@@ -75,10 +75,13 @@ class TrajectoryWindows:
             None for all.
         joint_limits: The limits a ``joint_limit_inputs`` model reads (:attr:`RobotSignature.joint_limits`, not
             stored in datasets); the windows then carry the ``joint_limits`` input group.
+        joint_limit_lookahead: With ``joint_limits``, also carry the ``joint_limit_lookahead`` group, one frame of
+            the dataset (its ``frame_dt``) ahead.
     """
 
     def __init__(self, path: str | Path | Sequence[str | Path], history: int, device: str | torch.device = "cpu",
-                 max_trajectories: int | None = None, joint_limits: tuple[tuple[int, float, float], ...] = ()):
+                 max_trajectories: int | None = None, joint_limits: tuple[tuple[int, float, float], ...] = (),
+                 joint_limit_lookahead: bool = False):
         files = dataset_files(path)
         self.path = Path(path) if isinstance(path, (str, Path)) else files[0]
         """The file or directory given (the first file of a list)."""
@@ -92,7 +95,8 @@ class TrajectoryWindows:
         for file in files:
             attrs = read_attrs(file)
             try:
-                signature = replace(RobotSignature.from_dict(attrs), joint_limits=tuple(joint_limits))
+                signature = replace(RobotSignature.from_dict(attrs), joint_limits=tuple(joint_limits),
+                                    joint_limit_lookahead=float(attrs["frame_dt"]) if joint_limit_lookahead else 0.0)
             except KeyError as err:
                 raise DatasetError(f"{file} lacks the attribute {err}; it was not written by generate_dataset.py"
                                    ) from err

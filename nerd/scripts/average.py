@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> None:
         from nerd.training import validation_loss
 
         data = TrajectoryWindows(args.valid_dataset, payload["history_length"], device,
-                                 joint_limits=signature.joint_limits)
+                                 joint_limits=signature.joint_limits,
+                                 joint_limit_lookahead=bool(signature.joint_limit_lookahead))
         data.signature.check_compatible(signature, what="validation dataset")
         losses = {path: validation_loss(load_checkpoint(path, device)[0], data, args.batch_size,
                                         args.valid_batches, args.seed) for path in args.checkpoints}

@@ -97,6 +97,27 @@ def test_joint_limits_ride_in_the_signature_and_only_where_declared():
         sig.check_compatible(plain)
 
 
+def test_joint_limit_lookahead_reads_the_penetration_one_frame_ahead():
+    """The joint_limit_lookahead group (our option) is the joint_limits group of q + q̇ Δt, Δt = the frame (1/60 s
+    for the Cartpole): 3.95 m at 6 m/s will be 4.05 m -> (0.05, 6) while its penetration is still (0, 0); 4.1 m
+    at -12 m/s will be back at 3.9 m -> (0, 0) while it is (0.1, -12); -3.99 m at -1.2 m/s -> (-0.01, -1.2)."""
+    env = make_env("Cartpole", 3)
+    sig = signature_of_env(env, joint_limit_inputs=True, joint_limit_lookahead=True)
+    assert sig.joint_limit_lookahead == env.frame_dt == pytest.approx(1 / 60)
+    assert sig.input_groups == {"states": 4, "joint_acts": 2, "joint_limits": 2, "joint_limit_lookahead": 2}
+    states = torch.tensor([[3.95, 0.3, 6.0, 0.5], [4.1, 0.0, -12.0, 0.0], [-3.99, 1.0, -1.2, 1.0]])
+    groups, _ = build_inputs(sig, states, env.get_root_body_q(), torch.zeros(3, 2))
+    torch.testing.assert_close(groups["joint_limits"], torch.tensor([[0.0, 0.0], [0.1, -12.0], [0.0, 0.0]]))
+    torch.testing.assert_close(groups["joint_limit_lookahead"],
+                               torch.tensor([[0.05, 6.0], [0.0, 0.0], [-0.01, -1.2]]))
+    assert RobotSignature.from_dict(sig.to_dict()) == sig
+    assert "joint_limit_lookahead" not in signature_of_env(env, joint_limit_inputs=True).to_dict()
+    with pytest.raises(UserError, match="joint_limit_lookahead needs joint_limit_inputs"):
+        signature_of_env(env, joint_limit_lookahead=True)
+    with pytest.raises(UserError, match=r"joint_limit_lookahead 0.01666\d* vs 0.0"):
+        sig.check_compatible(signature_of_env(env, joint_limit_inputs=True))
+
+
 @pytest.mark.parametrize("name", [name for name in ENV_NAMES if env_class(name).joint_limits])
 def test_declared_joint_limits_are_the_built_ones(name):
     """Environment.joint_limits, which training reads without building the robot, are the limits in its model."""

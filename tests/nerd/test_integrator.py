@@ -3,8 +3,10 @@
 import pytest
 import torch
 
+from nerd.datasets.windows import TrajectoryWindows
 from nerd.envs import make_env
 from nerd.features import build_inputs, build_targets, signature_of_env
+from nerd.generation import GenerationConfig, generate_dataset
 from nerd.models import ModelConfig
 from nerd.models.nerd_model import NeRDModel
 from nerd.models.transformer import TransformerConfig
@@ -57,6 +59,28 @@ def test_neural_inputs_match_the_contact_environment_features():
                                nenv.get_contacts())
     for name in expected:
         torch.testing.assert_close(groups[name], expected[name], atol=1e-5, rtol=0)
+
+
+def test_neural_joint_limit_inputs_match_the_dataset_windows(tmp_path):
+    """A model with both joint-limit groups (our options) sees in neural mode the tokens its training windows hold
+    for the same states: the live environment and the dataset (its frame_dt) build the same look-ahead."""
+    generate_dataset(GenerationConfig("Cartpole", 640, trajectory_length=40, num_envs=16, seed=3,
+                                      initial_states="limits"), tmp_path / "d.hdf5", progress=False)
+    windows = TrajectoryWindows(tmp_path / "d.hdf5", 10, joint_limits=((0, -4.0, 4.0),), joint_limit_lookahead=True)
+    inputs, _ = windows.get_batch(torch.arange(len(windows)))
+    env = make_env("Cartpole", len(windows))
+    sig = signature_of_env(env, joint_limit_inputs=True, joint_limit_lookahead=True)
+    assert windows.signature == sig
+    nenv = NeuralEnvironment(env, NeRDModel(sig.input_groups, sig.target_dim, TINY))
+    assert nenv.signature == sig
+    step = inputs["states"][:, -1]  # world-frame robot: the state inputs are the states
+    nenv.reset(states=step)
+    groups, _, _ = nenv.integrator.current_inputs(env.state_0, env.control, env.contacts)
+    for name in ("joint_limits", "joint_limit_lookahead"):
+        torch.testing.assert_close(groups[name], inputs[name][:, -1], atol=1e-6, rtol=0)
+    # The limits data reaches beyond the stops, and one frame ahead of it before it does.
+    beyond, ahead = inputs["joint_limits"][:, -1, 0] != 0, inputs["joint_limit_lookahead"][:, -1, 0] != 0
+    assert beyond.any() and (ahead & ~beyond).any()
 
 
 def test_reset_clears_only_the_reset_envs_history():

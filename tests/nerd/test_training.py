@@ -600,7 +600,8 @@ def test_metric_units_follow_what_each_metric_scores():
 def test_joint_limit_inputs_train_from_a_release_input_model(tmp_path):
     """joint_limit_inputs: a fine-tune from a model without the group starts from its weights (same first
     validation state as the source, within training noise) and its checkpoint drives the Cartpole in neural mode;
-    flipping the option on resume, or asking it of a robot without declared limits, is a one-line error."""
+    flipping the option on resume, or asking it of a robot without declared limits, is a one-line error. The same
+    holds for joint_limit_lookahead on top of it."""
     for split, seed, n in (("train", 0, 600), ("valid", 1, 300)):
         generate_dataset(GenerationConfig("Cartpole", n, trajectory_length=30, num_envs=20, seed=seed,
                                           initial_states="limits"), tmp_path / f"{split}.hdf5", progress=False)
@@ -627,3 +628,21 @@ def test_joint_limit_inputs_train_from_a_release_input_model(tmp_path):
               progress=False)
     with pytest.raises(UserError, match="PendulumWithContact declares no joint limits"):
         train(dataclasses.replace(limits, env_name="PendulumWithContact"), tmp_path / "pendulum", progress=False)
+
+    # joint_limit_lookahead: the limits model gains the look-ahead group the same way.
+    ahead = dataclasses.replace(limits, joint_limit_lookahead=True)
+    summary = train(ahead, tmp_path / "ahead", seed=0, init_from=tmp_path / "limits/nn/last.pt", progress=False)
+    model, sig, _ = load_checkpoint(tmp_path / "ahead/nn/last.pt")
+    assert sig.joint_limit_lookahead == pytest.approx(1 / 60) and "joint_limit_lookahead" in model.input_groups
+    limits_loss = validation_loss(load_checkpoint(tmp_path / "limits/nn/last.pt")[0],
+                                  TrajectoryWindows(cfg.dataset.valid, 10, joint_limits=sig.joint_limits), 32, 3, 1)
+    assert summary["epochs"][0]["valid_loss"] == pytest.approx(limits_loss, rel=1e-3)
+    nenv = NeuralEnvironment.from_checkpoint(make_env("Cartpole", 2), tmp_path / "ahead/nn/last.pt")
+    assert nenv.signature == sig
+    nenv.step(torch.zeros(2, 1))
+    assert torch.isfinite(nenv.get_states()).all()
+    with pytest.raises(ConfigError, match="joint_limit_lookahead True -> False"):
+        train(dataclasses.replace(ahead, num_epochs=2, joint_limit_lookahead=False), tmp_path / "ahead", resume=True,
+              progress=False)
+    with pytest.raises(ConfigError, match="'joint_limit_lookahead': needs joint_limit_inputs: true"):
+        dataclasses.replace(cfg, joint_limit_lookahead=True)
