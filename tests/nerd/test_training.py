@@ -612,37 +612,30 @@ def test_joint_limit_inputs_train_from_a_release_input_model(tmp_path):
     })
     train(cfg, tmp_path / "plain", seed=0, progress=False)
     limits = dataclasses.replace(cfg, joint_limit_inputs=True, lr_start=1e-9, lr_end=1e-9)
-    summary = train(limits, tmp_path / "limits", seed=0, init_from=tmp_path / "plain/nn/last.pt", progress=False)
-    model, sig, _ = load_checkpoint(tmp_path / "limits/nn/last.pt")
-    assert sig.joint_limits == ((0, -4.0, 4.0),) and "joint_limits" in model.input_groups
-    # At a vanishing learning rate the widened model predicts what its source did (same validation batches: the
-    # run validates with seed + 1).
-    plain_loss = validation_loss(load_checkpoint(tmp_path / "plain/nn/last.pt")[0],
-                                 TrajectoryWindows(cfg.dataset.valid, 10), 32, 3, 1)
-    assert summary["epochs"][0]["valid_loss"] == pytest.approx(plain_loss, rel=1e-3)
-    nenv = NeuralEnvironment.from_checkpoint(make_env("Cartpole", 2), tmp_path / "limits/nn/last.pt")
-    nenv.step(torch.zeros(2, 1))
-    assert torch.isfinite(nenv.get_states()).all()
-    with pytest.raises(ConfigError, match="joint_limit_inputs True -> False"):
-        train(dataclasses.replace(limits, num_epochs=2, joint_limit_inputs=False), tmp_path / "limits", resume=True,
-              progress=False)
+    ahead = dataclasses.replace(limits, joint_limit_lookahead=True)
+    # plain -> joint_limits -> joint_limit_lookahead, each run started from the one before.
+    for source, run, run_cfg, key, group in (("plain", "limits", limits, "joint_limit_inputs", "joint_limits"),
+                                             ("limits", "ahead", ahead, "joint_limit_lookahead",
+                                              "joint_limit_lookahead")):
+        summary = train(run_cfg, tmp_path / run, seed=0, init_from=tmp_path / f"{source}/nn/last.pt", progress=False)
+        model, sig, _ = load_checkpoint(tmp_path / f"{run}/nn/last.pt")
+        source_model, source_sig, _ = load_checkpoint(tmp_path / f"{source}/nn/last.pt")
+        assert sig.joint_limits == ((0, -4.0, 4.0),)
+        assert list(model.input_groups) == [*source_model.input_groups, group]
+        # At a vanishing learning rate the widened model predicts what its source did (same validation batches:
+        # the run validates with seed + 1).
+        source_loss = validation_loss(source_model, TrajectoryWindows(cfg.dataset.valid, 10,
+                                                                      joint_limits=source_sig.joint_limits), 32, 3, 1)
+        assert summary["epochs"][0]["valid_loss"] == pytest.approx(source_loss, rel=1e-3)
+        nenv = NeuralEnvironment.from_checkpoint(make_env("Cartpole", 2), tmp_path / f"{run}/nn/last.pt")
+        assert nenv.signature == sig
+        nenv.step(torch.zeros(2, 1))
+        assert torch.isfinite(nenv.get_states()).all()
+        with pytest.raises(ConfigError, match=f"{key} True -> False"):
+            train(dataclasses.replace(run_cfg, num_epochs=2, **{key: False}), tmp_path / run, resume=True,
+                  progress=False)
+    assert sig.joint_limit_lookahead == pytest.approx(1 / 60)
     with pytest.raises(UserError, match="PendulumWithContact declares no joint limits"):
         train(dataclasses.replace(limits, env_name="PendulumWithContact"), tmp_path / "pendulum", progress=False)
-
-    # joint_limit_lookahead: the limits model gains the look-ahead group the same way.
-    ahead = dataclasses.replace(limits, joint_limit_lookahead=True)
-    summary = train(ahead, tmp_path / "ahead", seed=0, init_from=tmp_path / "limits/nn/last.pt", progress=False)
-    model, sig, _ = load_checkpoint(tmp_path / "ahead/nn/last.pt")
-    assert sig.joint_limit_lookahead == pytest.approx(1 / 60) and "joint_limit_lookahead" in model.input_groups
-    limits_loss = validation_loss(load_checkpoint(tmp_path / "limits/nn/last.pt")[0],
-                                  TrajectoryWindows(cfg.dataset.valid, 10, joint_limits=sig.joint_limits), 32, 3, 1)
-    assert summary["epochs"][0]["valid_loss"] == pytest.approx(limits_loss, rel=1e-3)
-    nenv = NeuralEnvironment.from_checkpoint(make_env("Cartpole", 2), tmp_path / "ahead/nn/last.pt")
-    assert nenv.signature == sig
-    nenv.step(torch.zeros(2, 1))
-    assert torch.isfinite(nenv.get_states()).all()
-    with pytest.raises(ConfigError, match="joint_limit_lookahead True -> False"):
-        train(dataclasses.replace(ahead, num_epochs=2, joint_limit_lookahead=False), tmp_path / "ahead", resume=True,
-              progress=False)
     with pytest.raises(ConfigError, match="'joint_limit_lookahead': needs joint_limit_inputs: true"):
         dataclasses.replace(cfg, joint_limit_lookahead=True)
