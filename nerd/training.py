@@ -518,11 +518,14 @@ def _init_or_resume(cfg: TrainConfig, train_data: TrajectoryWindows, logdir: Pat
         best_score = _previous_best(logdir / "nn" / "best.pt", cfg.best_checkpoint_by)
     elif init_from is not None:
         model, ckpt_sig, _ = load_checkpoint(init_from, device)
-        gained = replace(ckpt_sig, joint_limits=sig.joint_limits, joint_limit_lookahead=sig.joint_limit_lookahead)
+        # What the checkpoint already reads stays its own, so one for other limits or another frame is still
+        # refused below; what it lacks of the config's joint-limit groups it gains.
+        gained = replace(ckpt_sig, joint_limits=ckpt_sig.joint_limits or sig.joint_limits,
+                         joint_limit_lookahead=ckpt_sig.joint_limit_lookahead or sig.joint_limit_lookahead)
         new_groups = [g for g in gained.input_groups if g not in ckpt_sig.input_groups]
-        if new_groups and gained.input_groups.keys() >= ckpt_sig.input_groups.keys():
-            # The model gains joint-limit input groups with zero weights: it starts from the checkpoint's
-            # predictions, and the new groups' statistics come from the training set like a fresh model's.
+        if new_groups:
+            # The new groups start with zero weights, so the model starts from the checkpoint's predictions; their
+            # statistics come from the training set like a fresh model's.
             ckpt_sig = gained
             model = model.with_input_groups(ckpt_sig.input_groups)
             for group in new_groups:

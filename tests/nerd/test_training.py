@@ -635,6 +635,13 @@ def test_joint_limit_inputs_train_from_a_release_input_model(tmp_path):
             train(dataclasses.replace(run_cfg, num_epochs=2, **{key: False}), tmp_path / run, resume=True,
                   progress=False)
     assert sig.joint_limit_lookahead == pytest.approx(1 / 60)
+    # A checkpoint that reads other limits gains the look-ahead only to be refused, not relabelled.
+    model, limits_sig, payload = load_checkpoint(tmp_path / "limits/nn/last.pt")
+    other = dataclasses.replace(limits_sig, joint_limits=((0, -3.0, 3.0),))
+    save_checkpoint(tmp_path / "other_limits.pt", model, other, payload["config"],
+                    history_length=payload["history_length"])
+    with pytest.raises(UserError, match=r"joint_limits \(\(0, -3.0, 3.0\),\) vs \(\(0, -4.0, 4.0\),\)"):
+        train(ahead, tmp_path / "from_other_limits", seed=0, init_from=tmp_path / "other_limits.pt", progress=False)
     with pytest.raises(UserError, match="PendulumWithContact declares no joint limits"):
         train(dataclasses.replace(limits, env_name="PendulumWithContact"), tmp_path / "pendulum", progress=False)
     with pytest.raises(ConfigError, match="'joint_limit_lookahead': needs joint_limit_inputs: true"):
