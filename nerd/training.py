@@ -338,6 +338,9 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
     batches = len(range(0, len(train_data), cfg.batch_size))
     steps_per_epoch = min(batches, cfg.batches_per_epoch or batches)
     best_path, last_path = logdir / "nn" / "best.pt", logdir / "nn" / "last.pt"
+    # The epoch's model for its rollout check, which loads it from a file. Not last.pt: a run stopped during the
+    # check would resume after an epoch that has no record and was never a candidate for best.pt.
+    check_path = logdir / "nn" / "epoch_check.pt"
     averaged_path = logdir / "nn" / "averaged.pt"
     noise_columns = noisy_state_columns(sig.layout)
     noise_std = (cfg.input_noise * model.input_norms["states"].var.sqrt().float().cpu())[noise_columns]
@@ -366,13 +369,13 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
             if not rank.is_main:
                 continue
             valid = validation_loss(model, valid_data, cfg.batch_size, cfg.valid_batches, seed + 1)
-            # What --resume needs; ``history`` is the list itself, so the second save below includes this epoch.
+            # What --resume needs; ``history`` is the list itself, so last.pt, saved below, includes this epoch.
             resume_state = {"step_seconds": run.seconds, "optimizer_steps": run.step, "history": history,
                             "seed": seed}
-            if cfg.rollout_eval.num_envs > 0:  # the rollout check loads the epoch's model from this file
-                save_checkpoint(last_path, model, sig, config_dict, history_length=cfg.history_length, epoch=epoch,
-                                optimizer=optimizer, extra=resume_state)
-            ckpt_metrics = _evaluate_epoch(cfg, last_path, epoch, device, writer, sig.robot_variant)
+            if cfg.rollout_eval.num_envs > 0:
+                save_checkpoint(check_path, model, sig, config_dict, history_length=cfg.history_length, epoch=epoch)
+            ckpt_metrics = _evaluate_epoch(cfg, check_path, epoch, device, writer, sig.robot_variant)
+            check_path.unlink(missing_ok=True)
             writer.add_scalar("losses/valid", valid, epoch)
             writer.add_scalar("perf/windows_per_second", len(losses) * cfg.batch_size / epoch_seconds, epoch)
             record = {"epoch": epoch, "windows_seen": run.step * cfg.batch_size, "step_seconds": run.seconds,
@@ -398,18 +401,19 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
                 candidates.append((_best_score(cfg, mean_valid, mean_metrics), mean, mean_valid, mean_metrics,
                                    "averaged"))
             history.append(record)
-            # Again, now with this epoch's record: a resumed run then keeps its whole curve.
-            save_checkpoint(last_path, model, sig, config_dict, history_length=cfg.history_length, epoch=epoch,
-                            optimizer=optimizer, extra=resume_state)
-            write_training_curve(logdir, history)
-            print(" ".join(f"{k} {v:.5g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()),
-                  flush=True)
             score, chosen, chosen_valid, chosen_metrics, weights = min(candidates, key=lambda c: c[0])
             if score < best_score:
                 best_score = score
                 save_checkpoint(best_path, chosen, sig, config_dict, history_length=cfg.history_length, epoch=epoch,
                                 extra={"valid_loss": chosen_valid, **chosen_metrics, "weights": weights,
                                        "best_checkpoint_by": cfg.best_checkpoint_by, "best_score": score})
+            # Only a whole epoch (trained, checked, recorded, a candidate for best.pt) goes to last.pt, so a run
+            # stopped anywhere in an epoch resumes at its start and keeps its whole curve.
+            save_checkpoint(last_path, model, sig, config_dict, history_length=cfg.history_length, epoch=epoch,
+                            optimizer=optimizer, extra=resume_state)
+            write_training_curve(logdir, history)
+            print(" ".join(f"{k} {v:.5g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()),
+                  flush=True)
     if not rank.is_main:
         return {}
     if not best_path.exists():

@@ -114,6 +114,33 @@ def test_resume_continues_from_the_next_epoch(pendulum_run, tmp_path):
     assert best["extra"]["best_score"] == pytest.approx(min(previous_best, rollout_score(summary["epochs"][-1])))
 
 
+def test_a_run_stopped_during_an_epochs_rollout_check_resumes_at_that_epoch(pendulum_run, tmp_path, monkeypatch):
+    """Stopped while epoch 2's rollout check runs, the run resumes at epoch 2, not after it: its curve has no gap
+    and epoch 2 is a candidate for best.pt (the check used to load last.pt, which then already held epoch 2)."""
+    import nerd.training as training
+
+    root, cfg, first = pendulum_run
+    shutil.copytree(root / "logs", tmp_path / "run")
+    cfg = dataclasses.replace(cfg, num_epochs=3)
+    evaluate_epoch = training._evaluate_epoch
+
+    def stopped_at_epoch_2(cfg, checkpoint, epoch, *args, **kwargs):
+        if epoch == 2:
+            raise KeyboardInterrupt
+        return evaluate_epoch(cfg, checkpoint, epoch, *args, **kwargs)
+
+    monkeypatch.setattr(training, "_evaluate_epoch", stopped_at_epoch_2)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, tmp_path / "run", seed=0, resume=True, progress=False)
+    assert torch.load(tmp_path / "run/nn/last.pt", weights_only=True)["epoch"] == 1
+    monkeypatch.setattr(training, "_evaluate_epoch", evaluate_epoch)
+    summary = train(cfg, tmp_path / "run", seed=0, resume=True, progress=False)
+    assert [e["epoch"] for e in summary["epochs"]] == [0, 1, 2]
+    assert "joint_position_error" in summary["epochs"][2]
+    assert [int(r["epoch"]) for r in csv.DictReader((tmp_path / "run/curve.csv").open())] == [0, 1, 2]
+    assert sorted(p.name for p in (tmp_path / "run/nn").iterdir()) == ["best.pt", "last.pt"]
+
+
 def test_resume_counts_the_steps_an_epoch_cut_short_took(pendulum_run, tmp_path):
     """An epoch that its time budget cut short took fewer than batches_per_epoch steps: a resumed run continues
     the step count (windows seen, the step-based learning rate) from the steps recorded, not from whole epochs."""
