@@ -156,6 +156,8 @@ def compute_curve(spec: CurveSpec) -> dict:
 
 
 def _windows_text(value: float) -> str:
+    if value >= 1e12:
+        return f"{value:.1e}"
     return f"{value / 1e9:.2f} B" if value >= 1e9 else f"{value / 1e6:.1f} M"
 
 
@@ -187,40 +189,42 @@ def format_table(results: dict) -> str:
             count = fit["points"]
             reach = fit["windows_to_target"]
             cells.append(f"b = {fit['exponent']:.2f}; " + (fit["verdict"] if reach is None else
-                                                           f"{_windows_text(reach)} ({fit['multiple_of_last']:.1f}x)"))
+                                                           f"{_windows_text(reach)} ({fit['multiple_of_last']:.3g}x)"))
         lines.append(f"| {series_name} | {count} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def plot(results: dict, path: Path) -> None:
-    """Per metric, error against windows (log-log): the points, each fit extended to its target, the target."""
+    """Per metric, error against windows (log-log): the points, each fit (dotted) extended towards its target but
+    not past 100x the largest windows of any point, and the target."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     names = list(results["targets"])
-    fig, axes = plt.subplots(1, len(names), figsize=(5.5 * len(names), 4), squeeze=False)
+    most = max(p["windows"] for row in results["series"].values() for p in row["points"])
+    fig, axes = plt.subplots(1, len(names), figsize=(5.5 * len(names), 4.2), squeeze=False)
     for ax, name in zip(axes[0], names, strict=True):
         for i, (series_name, row) in enumerate(results["series"].items()):
             windows = [p["windows"] for p in row["points"]]
             ax.plot(windows, [p["metrics"][name] for p in row["points"]], "o-", color=f"C{i}", label=series_name)
             fit = row["fits"][name]
             if fit is not None:
-                end = max(windows[-1], fit["windows_to_target"] or windows[-1])
+                end = min(max(windows[-1], fit["windows_to_target"] or 100 * most), 100 * most)
                 span = np.geomspace(fit["from_windows"], end, 50)
-                ax.plot(span, fit["prefactor"] * span ** fit["exponent"], ":", color=f"C{i}",
-                        label=f"fit b = {fit['exponent']:.2f}")
+                ax.plot(span, fit["prefactor"] * span ** fit["exponent"], ":", color=f"C{i}")
         ax.axhline(results["targets"][name], color="k", lw=0.8, ls="--", label="target")
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xlabel("training windows seen")
+        ax.set_xlabel("training windows seen (dotted: power-law fits)")
         ax.set_title(f"{name}, H = {results['horizon']}", fontsize=9)
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=7)
     if results["protocol"]:
         fig.suptitle(results["protocol"], fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.05 * (len(labels) + 1) // 2, 1, 1))
     fig.savefig(path, dpi=90)
     plt.close(fig)
 
