@@ -224,7 +224,7 @@ def plot(results: dict, path: Path) -> None:
     fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=7)
     if results["protocol"]:
         fig.suptitle(results["protocol"], fontsize=9)
-    fig.tight_layout(rect=(0, 0.05 * (len(labels) + 1) // 2, 1, 1))
+    fig.tight_layout(rect=(0, 0.05 * ((len(labels) + 1) // 2), 1, 1))
     fig.savefig(path, dpi=90)
     plt.close(fig)
 
