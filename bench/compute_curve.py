@@ -21,7 +21,7 @@ The spec is YAML, validated on load (an unknown key or a wrong type is an error 
 Writes a JSON, a Markdown table and a PNG (error against windows, log-log, with the fits and the targets).
 
 Example (docs/accuracy.md, "Error against windows under the release's protocol"):
-    python bench/compute_curve.py bench/curves/cartpole_lookahead_stop36.yaml \
+    python bench/compute_curve.py bench/curves/cartpole_release_protocol_stop36.yaml \
         --output bench/results/cartpole_compute_curve_stop36.json
 """
 
