@@ -3,7 +3,7 @@
 # of one robot's NeRD model (ENV) side by side on the one GPU (MODELS), for a wall-clock budget each:
 #   paper  the release's architecture (cfg/train/$ENV/paper.yaml) from scratch
 #   small  the CPU-sized model (cfg/train/$ENV/cpu.yaml) trained on from INIT's weights (the shipped Cartpole model's
-#          GPU steps were made this way: pretrained_models/NeRD_models/Cartpole/README.md)
+#          GPU steps were made this way: pretrained_models/NeRD_models/Cartpole/README.md), or from scratch (INIT=none)
 # All with the linear skip path and the learning rate annealed to LR_END. best.pt is chosen by the per-epoch rollout
 # check (the robot's env reset, CHECK_ENVS rollouts x CHECK_H steps) where Newton imports, else by the validation
 # loss: Warp's wheel is more than one call carries, so Newton is there only when it was carried in parts beforehand
@@ -25,7 +25,9 @@
 #   BATCH     windows per optimiser step (2048); EXTRA: more --cfg-overrides for every training (none)
 #   BENCH     1 runs the throughput step first; 0 leaves the whole deadline to the trainings (1)
 #   TRANSITIONS  training transitions generated where the data is missing (1000000)
-#   INIT      the weights the small runs start from (pretrained_models/NeRD_models/$ENV/model.pt)
+#   INIT      the weights the small runs start from (pretrained_models/NeRD_models/$ENV/model.pt); none: from
+#             scratch (a recipe with new inputs, e.g. EXTRA="joint_limit_inputs=true joint_limit_lookahead=true",
+#             has to be learned from the start: docs/accuracy.md, "Error against windows")
 #   TRAIN     the training data (data/$ENV/train.hdf5); another file, or a directory of parts, is used as it is, and generated only with TRAIN_GEN
 #   TRAIN_GEN generation options for a missing TRAIN file, e.g. "--torque-scale log-uniform" (none: not generated)
 #   CHECK     rollout or valid_loss: what picks best.pt (rollout where Newton imports)
@@ -107,8 +109,8 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 OMP_NUM_THR
             paper) args="--cfg cfg/train/$ENV/paper.yaml --cfg-overrides $common" ;;
             small|small@*)
                 lr=${run#small@}; [ "$lr" = "$run" ] && lr=$SMALL_LR
-                args="--cfg cfg/train/$ENV/cpu.yaml --init-from $INIT
-                      --cfg-overrides $common lr_start=$lr" ;;
+                init="--init-from $INIT"; [ "$INIT" = none ] && init=""
+                args="--cfg cfg/train/$ENV/cpu.yaml $init --cfg-overrides $common lr_start=$lr" ;;
             *) echo "unknown model '$run' in MODELS (paper, small)"; continue ;;
         esac
         timeout $left $PY train/train.py --logdir "$RUNS/$(name $run)" --device "$DEV" --seed 0 $args \
