@@ -374,8 +374,10 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
                             "seed": seed}
             if cfg.rollout_eval.num_envs > 0:
                 save_checkpoint(check_path, model, sig, config_dict, history_length=cfg.history_length, epoch=epoch)
-            ckpt_metrics = _evaluate_epoch(cfg, check_path, epoch, device, writer, sig.robot_variant)
-            check_path.unlink(missing_ok=True)
+            try:
+                ckpt_metrics = _evaluate_epoch(cfg, check_path, epoch, device, writer, sig.robot_variant)
+            finally:
+                check_path.unlink(missing_ok=True)
             writer.add_scalar("losses/valid", valid, epoch)
             writer.add_scalar("perf/windows_per_second", len(losses) * cfg.batch_size / epoch_seconds, epoch)
             record = {"epoch": epoch, "windows_seen": run.step * cfg.batch_size, "step_seconds": run.seconds,

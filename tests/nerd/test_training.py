@@ -133,6 +133,7 @@ def test_a_run_stopped_during_an_epochs_rollout_check_resumes_at_that_epoch(pend
     with pytest.raises(KeyboardInterrupt):
         train(cfg, tmp_path / "run", seed=0, resume=True, progress=False)
     assert torch.load(tmp_path / "run/nn/last.pt", weights_only=True)["epoch"] == 1
+    assert not (tmp_path / "run/nn/epoch_check.pt").exists()
     monkeypatch.setattr(training, "_evaluate_epoch", evaluate_epoch)
     summary = train(cfg, tmp_path / "run", seed=0, resume=True, progress=False)
     assert [e["epoch"] for e in summary["epochs"]] == [0, 1, 2]
