@@ -184,7 +184,7 @@ def format_table(results: dict) -> str:
         for name in names:
             fit = row["fits"][name]
             if fit is None:
-                cells.append("one point: no fit")
+                cells.append("no fit: fewer than two windows")
                 continue
             count = fit["points"]
             reach = fit["windows_to_target"]
