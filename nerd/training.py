@@ -26,7 +26,7 @@ from nerd.config import ConfigError, check_range, to_dict
 from nerd.datasets.windows import TrajectoryWindows, dataset_files
 from nerd.distributed import Rank, current_rank, replica_checksums
 from nerd.errors import RolloutDivergedError, UserError, first_line
-from nerd.features import robot_joint_limits
+from nerd.features import RobotSignature, robot_joint_limits
 from nerd.models import ModelConfig
 from nerd.models.nerd_model import NeRDModel
 from nerd.modes import INITIAL_STATES, NEURAL, InitialStates
@@ -279,7 +279,7 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int |
     logdir = Path(logdir)
     if not resume and rank.is_main:
         check_run_dir(logdir, RUN_DIR_ENTRIES, overwrite)  # fail fast, before the datasets are read
-    limits = robot_joint_limits(cfg.env_name) if cfg.joint_limit_inputs else ()
+    limits = _joint_limits(cfg, logdir / "nn" / "last.pt" if resume else init_from)
     train_data = TrajectoryWindows(cfg.dataset.train, cfg.history_length, device, cfg.dataset.max_train_trajectories,
                                    joint_limits=limits, joint_limit_lookahead=cfg.joint_limit_lookahead)
     valid_data = TrajectoryWindows(cfg.dataset.valid, cfg.history_length, device, joint_limits=limits,
@@ -498,6 +498,25 @@ class _Progress:
     def budget_spent(self) -> bool:
         """Whether a budget is set and used up."""
         return self.budget is not None and self.seconds >= self.budget
+
+
+def _joint_limits(cfg: TrainConfig, checkpoint: str | Path | None) -> tuple[tuple[int, float, float], ...]:
+    """The joint limits a ``joint_limit_inputs`` run reads: its robot's, or, where the engine that declares them is
+    not installed (a GPU machine with torch alone), those of the ``checkpoint`` that the run continues."""
+    if not cfg.joint_limit_inputs:
+        return ()
+    try:
+        return robot_joint_limits(cfg.env_name)
+    except ImportError as err:
+        # A checkpoint whose limits differ from the robot's is refused wherever the engine is there; here its own
+        # are the only ones at hand, and the signature check against the datasets still applies.
+        payload = read_checkpoint(checkpoint) if checkpoint is not None and Path(checkpoint).is_file() else {}
+        limits = RobotSignature.from_dict(payload["signature"]).joint_limits if payload else ()
+        if not limits:
+            raise UserError(f"joint_limit_inputs: {cfg.env_name}'s joint limits come from its environment, which "
+                            f"needs {err.name or 'the engine'} (not installed here), or from a checkpoint that "
+                            "reads them (--init-from, --resume)") from err
+        return limits
 
 
 def _init_or_resume(cfg: TrainConfig, train_data: TrajectoryWindows, logdir: Path, device: str, resume: bool,

@@ -8,6 +8,7 @@ import time
 import pytest
 import torch
 
+from nerd import training
 from nerd.checkpoint import average_checkpoints, checkpoint_label, load_checkpoint, save_checkpoint
 from nerd.config import ConfigError, from_dict
 from nerd.datasets.windows import TrajectoryWindows
@@ -625,7 +626,7 @@ def test_metric_units_follow_what_each_metric_scores():
     assert metric_units(make_env("Franka", 1)) == {"joint_position_error": "rad", "end_effector_position_error": "m"}
 
 
-def test_joint_limit_inputs_train_from_a_release_input_model(tmp_path):
+def test_joint_limit_inputs_train_from_a_release_input_model(tmp_path, monkeypatch):
     """joint_limit_inputs: a fine-tune from a model without the group starts from its weights (same first
     validation state as the source, within training noise) and its checkpoint drives the Cartpole in neural mode;
     flipping the option on resume, or asking it of a robot without declared limits, is a one-line error. The same
@@ -674,3 +675,19 @@ def test_joint_limit_inputs_train_from_a_release_input_model(tmp_path):
         train(dataclasses.replace(limits, env_name="PendulumWithContact"), tmp_path / "pendulum", progress=False)
     with pytest.raises(ConfigError, match="'joint_limit_lookahead': needs joint_limit_inputs: true"):
         dataclasses.replace(cfg, joint_limit_lookahead=True)
+    # Without the engine (a GPU machine with torch alone) the limits are those of the checkpoint the run continues.
+    def no_engine(env_name):
+        raise ModuleNotFoundError("No module named 'newton'", name="newton")
+
+    monkeypatch.setattr(training, "robot_joint_limits", no_engine)
+    engine_free = dataclasses.replace(ahead, rollout_eval=RolloutEvalConfig(num_envs=0),
+                                      best_checkpoint_by="valid_loss")
+    train(engine_free, tmp_path / "no_engine", seed=0, init_from=tmp_path / "ahead/nn/last.pt", progress=False)
+    train(dataclasses.replace(engine_free, num_epochs=2), tmp_path / "no_engine", resume=True, progress=False)
+    model, no_engine_sig, payload = load_checkpoint(tmp_path / "no_engine/nn/last.pt")
+    assert no_engine_sig == sig and payload["epoch"] == 1
+    with pytest.raises(UserError, match="joint limits come from its environment, which needs newton"):
+        train(engine_free, tmp_path / "no_engine_scratch", seed=0, progress=False)
+    with pytest.raises(UserError, match="needs newton"):  # a checkpoint that reads no limits cannot supply them
+        train(engine_free, tmp_path / "no_engine_plain", seed=0, init_from=tmp_path / "plain/nn/last.pt",
+              progress=False)
