@@ -27,9 +27,12 @@
 #   TRANSITIONS  training transitions generated where the data is missing (1000000)
 #   INIT      the weights the small runs start from (pretrained_models/NeRD_models/$ENV/model.pt); none: from
 #             scratch (a recipe with new inputs, e.g. EXTRA="joint_limit_inputs=true joint_limit_lookahead=true",
-#             has to be learned from the start: docs/accuracy.md, "Error against windows")
+#             has to be learned from the start: docs/accuracy.md, "Error against windows"). Joint-limit inputs take
+#             the robot's limits from its env, so from scratch they need Newton there; from INIT they are INIT's
 #   TRAIN     the training data (data/$ENV/train.hdf5); another file, or a directory of parts, is used as it is, and generated only with TRAIN_GEN
 #   TRAIN_GEN generation options for a missing TRAIN file, e.g. "--torque-scale log-uniform" (none: not generated)
+#             Data over a call's 64 MiB travels packed (bench/pack_dataset.py) and is unpacked there first:
+#             stop 37's command in docs/accuracy.md, "The look-ahead chain on an H100"
 #   CHECK     rollout or valid_loss: what picks best.pt (rollout where Newton imports)
 #   CHECK_ENVS, CHECK_H  the rollout check's size (Cartpole 256 x 1000, Ant 128 x 500: the evaluated horizons)
 # A dry run on the CPU: DEV=cpu BUDGET=0.2 bash bench/gpu_train.sh   (ENV=Ant ... for the Ant)
