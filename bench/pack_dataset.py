@@ -1,11 +1,11 @@
 """Pack a NeRD HDF5 dataset into fewer bytes for a transfer, and unpack it bit for bit.
 
-A lent GPU machine takes a bounded working tree per call (docs/accuracy.md, "On an H100", stop 37: 64 MiB with the
-repository's own 22 MB). ``pack`` writes every dataset and attribute with gzip (level 9) and the byte shuffle, and
-stores ``next_states`` by its last step only: inside a trajectory ``next_states[:, t]`` is ``states[:, t + 1]``
-(checked before anything is written), so the rest is the states shifted. ``unpack`` rebuilds the original layout
-(lzf, as generation writes it); every array and attribute comes back exactly. The Cartpole's 1 M transitions go
-from 44 MB (lzf) to 18-19 MB.
+A lent GPU machine takes a bounded working tree per call (64 MiB, the repository's own 22 MB of it: docs/accuracy.md,
+"The look-ahead chain on an H100"). ``pack`` writes every dataset and attribute with gzip (level 9) and the byte
+shuffle, and stores ``next_states`` by its last step only: inside a trajectory ``next_states[:, t]`` is
+``states[:, t + 1]`` (checked before anything is written), so the rest is the states shifted. ``unpack`` rebuilds
+the original layout (lzf, as generation writes it); every array and attribute comes back exactly. The Cartpole's
+1 M transitions go from 44 MB (lzf) to 18-19 MB.
 
 Examples (the stop-37 H100 call; the unpacking ran there):
     python bench/pack_dataset.py pack data/Cartpole_logu_tasklong/b_task1000_seed3.hdf5 data/gpu37/packed/b.h5p
