@@ -118,8 +118,6 @@ def test_resume_continues_from_the_next_epoch(pendulum_run, tmp_path):
 def test_a_run_stopped_during_an_epochs_rollout_check_resumes_at_that_epoch(pendulum_run, tmp_path, monkeypatch):
     """Stopped while epoch 2's rollout check runs, the run resumes at epoch 2, not after it: its curve has no gap
     and epoch 2 is a candidate for best.pt (the check used to load last.pt, which then already held epoch 2)."""
-    import nerd.training as training
-
     root, cfg, first = pendulum_run
     shutil.copytree(root / "logs", tmp_path / "run")
     cfg = dataclasses.replace(cfg, num_epochs=3)

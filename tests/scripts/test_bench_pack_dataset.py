@@ -5,6 +5,7 @@ import shutil
 import h5py
 import numpy as np
 import pytest
+import torch
 
 from nerd.datasets.windows import TrajectoryWindows
 from nerd.generation import GenerationConfig, generate_dataset
@@ -53,11 +54,7 @@ def test_pack_then_unpack_restores_every_array_and_attribute(dataset, tmp_path, 
             assert data.dtype == back_data.dtype and np.array_equal(data, back_data), name
     # The training windows read from it are the original's.
     a, b = TrajectoryWindows(dataset, 10), TrajectoryWindows(unpacked, 10)
-    assert torch_equal(a.targets, b.targets) and all(torch_equal(a.inputs[k], b.inputs[k]) for k in a.inputs)
-
-
-def torch_equal(x, y):
-    return x.shape == y.shape and bool((x == y).all())
+    assert torch.equal(a.targets, b.targets) and all(torch.equal(a.inputs[k], b.inputs[k]) for k in a.inputs)
 
 
 def test_what_cannot_be_packed_or_unpacked_is_a_one_line_error_and_no_file(dataset, tmp_path, monkeypatch, capsys):
