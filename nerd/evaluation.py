@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -110,8 +110,8 @@ def rollout(nenv: NeuralEnvironment, initial_states: torch.Tensor, horizon: int,
     return torch.stack(states)
 
 
-def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_envs: int, num_rollouts: int,
-                     horizon: int, seed: int, contact_config: int | None = None, device: str = "cpu",
+def evaluate_passive(env_name: str, model_path: str | Sequence[str] | None, env_mode: str, num_envs: int,
+                     num_rollouts: int, horizon: int, seed: int, contact_config: int | None = None, device: str = "cpu",
                      progress: bool = True, initial_states: str = INITIAL_STATES[0],
                      mass_matrix_refresh: str | None = None, robot_variant: str | None = None,
                      control_mode: str | None = None, compile_model: bool = False,
@@ -119,6 +119,8 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
     """Passive-motion errors of ``env_mode`` against the ground truth over ``num_rollouts`` trajectories.
 
     Args:
+        model_path: The NeRD checkpoint, or several: an ensemble that steps with their mean prediction
+            (:class:`~nerd.integrator.NeRDEnsembleIntegrator`, our option).
         initial_states: One of :data:`INITIAL_STATES`: ``"task"`` (the release's protocol) or ``"data"``.
         mass_matrix_refresh: The ground truth's Featherstone mass-matrix refresh; None for the robot's default.
         robot_variant: The ground truth's variant (``Environment.robot_variants``: Anymal ``"physical"`` or
@@ -211,7 +213,8 @@ def evaluate_passive(env_name: str, model_path: str | None, env_mode: str, num_e
     return {
         "env_name": env_name,
         "env_mode": env_mode,
-        "model_path": str(model_path) if model_path else None,
+        "model_path": (None if not model_path else str(model_path) if isinstance(model_path, (str, Path))
+                       else [str(path) for path in model_path]),
         "num_rollouts": done,
         "rollout_horizon": horizon,
         "seed": seed,

@@ -18,7 +18,7 @@ from nerd.checkpoint import load_checkpoint
 from nerd.envs.environment import Environment
 from nerd.errors import UserError
 from nerd.features import JOINT_LIMIT_LOOKAHEAD, JOINT_LIMITS, signature_of_env
-from nerd.integrator import NeRDIntegrator
+from nerd.integrator import NeRDEnsembleIntegrator, NeRDIntegrator
 from nerd.models.nerd_model import NeRDModel
 from nerd.modes import ENV_MODES, GROUND_TRUTH, NEURAL
 
@@ -28,44 +28,62 @@ class NeuralEnvironment:
 
     Args:
         env: The robot environment (with its fixed-size contacts); robot-specific calls go to it directly.
-        nerd_model: A trained model for this robot, or None (ground-truth mode only).
+        nerd_model: A trained model for this robot, several (an ensemble that steps with their mean prediction,
+            :class:`~nerd.integrator.NeRDEnsembleIntegrator`), or None (ground-truth mode only).
         env_mode: Initial mode, ``"neural"`` or ``"ground-truth"``.
-        history_length: NeRD history H the model was trained with.
+        history_length: NeRD history H the model was trained with (one per model for an ensemble).
         compile_model: Run the per-step prediction through ``torch.compile`` (our option; on the project's CPU
             it made the model ~20 % faster after about a minute of compilation, see docs/results.md).
     """
 
-    def __init__(self, env: Environment, nerd_model: NeRDModel | None = None, env_mode: str = NEURAL,
-                 history_length: int = 10, compile_model: bool = False):
+    def __init__(self, env: Environment, nerd_model: NeRDModel | Sequence[NeRDModel] | None = None,
+                 env_mode: str = NEURAL, history_length: int | Sequence[int] = 10, compile_model: bool = False):
         self.env = env
         """The wrapped robot environment."""
         self.name, self.num_envs, self.frame_dt = env.name, env.num_envs, env.frame_dt
         self.control_steps = env.control_steps
         """Frames per policy action in RL tasks (the robot's control mode's)."""
         self.torch_device = env.torch_device
-        # A model that reads joint limits (our options joint_limit_inputs, joint_limit_lookahead) has their groups.
-        groups = nerd_model.input_groups if nerd_model is not None else {}
-        self.signature = signature_of_env(env, joint_limit_inputs=JOINT_LIMITS in groups,
-                                          joint_limit_lookahead=JOINT_LIMIT_LOOKAHEAD in groups)
-        self.integrator: NeRDIntegrator | None = None
-        if nerd_model is not None:
-            nerd_model = nerd_model.to(env.torch_device).eval()
-            self.integrator = NeRDIntegrator(
-                env.model, nerd_model, self.signature, num_envs=env.num_envs, anchor_body=env.anchor_body,
-                act_dof_indices=env.act_dof_indices, frame_dt=env.frame_dt, history_length=history_length,
-                compile_model=compile_model,
-            )
+        models = [] if nerd_model is None else [nerd_model] if isinstance(nerd_model, NeRDModel) else list(nerd_model)
+        lengths = [history_length] * len(models) if isinstance(history_length, int) else list(history_length)
+        if len(lengths) != len(models):
+            raise UserError(f"{len(models)} NeRD models but {len(lengths)} history lengths")
+        members = [self._integrator(model, length, compile_model)
+                   for model, length in zip(models, lengths, strict=True)]
+        self.integrator: NeRDIntegrator | NeRDEnsembleIntegrator | None = (
+            None if not members else members[0] if len(members) == 1 else NeRDEnsembleIntegrator(members))
+        """The learned solver: one model's integrator, or an ensemble's when several models are given."""
+        # The signature of the (first) model: a model that reads joint limits (our options joint_limit_inputs,
+        # joint_limit_lookahead) has their groups.
+        self.signature = self.integrator.signature if self.integrator is not None else signature_of_env(env)
         self.env_mode = ""
         self.set_env_mode(env_mode)
 
+    def _integrator(self, nerd_model: NeRDModel, history_length: int, compile_model: bool) -> NeRDIntegrator:
+        """The integrator of one model on this environment (the signature its input groups ask for)."""
+        env, groups = self.env, nerd_model.input_groups
+        signature = signature_of_env(env, joint_limit_inputs=JOINT_LIMITS in groups,
+                                     joint_limit_lookahead=JOINT_LIMIT_LOOKAHEAD in groups)
+        return NeRDIntegrator(
+            env.model, nerd_model.to(env.torch_device).eval(), signature, num_envs=env.num_envs,
+            anchor_body=env.anchor_body, act_dof_indices=env.act_dof_indices, frame_dt=env.frame_dt,
+            history_length=history_length, compile_model=compile_model,
+        )
+
     @classmethod
-    def from_checkpoint(cls, env: Environment, path: str | Path, env_mode: str = NEURAL,
+    def from_checkpoint(cls, env: Environment, path: str | Path | Sequence[str | Path], env_mode: str = NEURAL,
                         compile_model: bool = False) -> NeuralEnvironment:
-        """Load a NeRD checkpoint for ``env``; a checkpoint for another robot or layout is a ValueError."""
-        nerd_model, signature, payload = load_checkpoint(path, device=env.torch_device)
-        signature.check_compatible(signature_of_env(env, joint_limit_inputs=bool(signature.joint_limits),
-                                                    joint_limit_lookahead=bool(signature.joint_limit_lookahead)))
-        return cls(env, nerd_model, env_mode, history_length=payload["history_length"], compile_model=compile_model)
+        """Load a NeRD checkpoint for ``env``, or several as an ensemble (:class:`NeRDEnsembleIntegrator`, our
+        option); a checkpoint for another robot or layout is a ValueError."""
+        paths = [path] if isinstance(path, (str, Path)) else list(path)
+        models, lengths = [], []
+        for one in paths:
+            nerd_model, signature, payload = load_checkpoint(one, device=env.torch_device)
+            signature.check_compatible(signature_of_env(env, joint_limit_inputs=bool(signature.joint_limits),
+                                                        joint_limit_lookahead=bool(signature.joint_limit_lookahead)))
+            models.append(nerd_model)
+            lengths.append(payload["history_length"])
+        return cls(env, models, env_mode, history_length=lengths, compile_model=compile_model)
 
     # ----------------------------------------------------------------------------------------------
     # mode

@@ -345,7 +345,7 @@ def record(view_env, colors: Sequence[tuple[float, float, float]], steps: int, f
     return {"frames": frames, "seconds": time.perf_counter() - start, "path": str(path) if path else None}
 
 
-def show_passive(env_name: str, model_path: str | None, env_mode: str, horizon: int, seed: int,
+def show_passive(env_name: str, model_path: str | Sequence[str] | None, env_mode: str, horizon: int, seed: int,
                  contact_config: int | None = None, device: str = "cpu", initial_states: str = "data",
                  mass_matrix_refresh: str | None = None, robot_variant: str | None = None,
                  control_mode: str | None = None, **view_args) -> dict:

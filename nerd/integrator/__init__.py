@@ -1,5 +1,6 @@
-"""The NeRD integrator: a learned Newton solver."""
+"""The NeRD integrator: a learned Newton solver, alone or as an ensemble of models."""
 
+from nerd.integrator.ensemble import NeRDEnsembleIntegrator
 from nerd.integrator.nerd_integrator import NeRDIntegrator, RolloutDivergedError
 
-__all__ = ["NeRDIntegrator", "RolloutDivergedError"]
+__all__ = ["NeRDEnsembleIntegrator", "NeRDIntegrator", "RolloutDivergedError"]

@@ -187,12 +187,25 @@ class NeRDIntegrator(newton.solvers.SolverBase):
     def step(self, state_in: newton.State, state_out: newton.State, control: newton.Control,
              contacts: newton.Contacts | None, dt: float, *, observables=None) -> None:
         """Advance one frame of ``dt`` (must equal the training frame duration)."""
-        if abs(dt - self.frame_dt) > 1e-9:
-            raise ValueError(f"NeRD predicts whole frames of {self.frame_dt:.6g} s; step() got dt = {dt:.6g} s")
+        self.check_frame_dt(dt)
         groups, anchor, states = self.current_inputs(state_in, control, contacts)
         self.push_history(groups)
+        self.write_prediction(state_out, states, anchor, groups, self.predict_targets())
+
+    def check_frame_dt(self, dt: float) -> None:
+        """Refuse a ``dt`` other than the training frame's: the network predicts whole frames."""
+        if abs(dt - self.frame_dt) > 1e-9:
+            raise ValueError(f"NeRD predicts whole frames of {self.frame_dt:.6g} s; step() got dt = {dt:.6g} s")
+
+    def write_prediction(self, state_out: newton.State, states: torch.Tensor, anchor: torch.Tensor | None,
+                         groups: dict[str, torch.Tensor], targets: torch.Tensor) -> None:
+        """Integrate relative ``targets`` (N, P) from ``states`` (N, S) and write them to ``state_out``.
+
+        ``groups`` are the step's token groups (their torques are checked with the prediction). On a non-finite
+        prediction or torque (with the NaN check on) nothing is written.
+        """
         with torch.inference_mode():
-            next_states = integrate_target(states, self.predict_targets(), anchor, self.signature.layout)
+            next_states = integrate_target(states, targets, anchor, self.signature.layout)
         # One host synchronisation for both checks: the torques the step read and the states it predicted.
         # A robot without actuators (CubeToss) has no joint_acts group: an empty tensor is always finite.
         acts = groups.get("joint_acts", next_states[:, :0])

@@ -11,6 +11,7 @@ Example:
         --model-path pretrained_models/NeRD_models/Cartpole/model.pt --rollout-horizon 300 --video cartpole.gif
 
 With --viewer or --video the script shows one rollout (ground truth blue, NeRD orange) instead of evaluating.
+Several --model-path checkpoints of one robot step as an ensemble (their mean prediction; our option).
 """
 
 from nerd.cli import (
@@ -34,7 +35,9 @@ def main(argv: list[str] | None = None) -> None:
     """Parse ``argv`` (default: the command line) and run."""
     parser = make_parser(__doc__)
     parser.add_argument("--env-name", required=True, help=f"one of {', '.join(ENV_NAMES)}")
-    parser.add_argument("--model-path", default=None, help="NeRD checkpoint (needed for --env-mode neural)")
+    parser.add_argument("--model-path", nargs="+", default=None,
+                        help="NeRD checkpoint (needed for --env-mode neural); several: an ensemble that steps with "
+                             "their mean prediction (our option, K network calls per step)")
     parser.add_argument("--env-mode", choices=ENV_MODES, default=NEURAL,
                         help="simulator compared with the ground truth")
     parser.add_argument("--num-envs", type=int, default=2048, help="parallel envs (rollouts per batch)")
@@ -59,6 +62,8 @@ def main(argv: list[str] | None = None) -> None:
     add_viewer_args(parser)
     args = parser.parse_args(argv)
     env_class(args.env_name)  # an unknown robot fails here, naming the valid ones
+    if args.model_path is not None and len(args.model_path) == 1:
+        args.model_path = args.model_path[0]
 
     if viewing_requested(args):
         check_viewer_args(args)

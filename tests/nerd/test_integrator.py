@@ -234,3 +234,87 @@ def test_history_longer_than_the_model_context_is_refused():
     sig = signature_of_env(env)
     with pytest.raises(ValueError, match=r"history_length must lie in \[1, 16\]"):
         NeuralEnvironment(env, NeRDModel(sig.input_groups, sig.target_dim, TINY), history_length=17)
+
+
+def tiny_model(env, seed: int, **limit_options) -> NeRDModel:
+    """An untrained tiny model for ``env`` (its own weights per seed; our joint-limit groups on request)."""
+    torch.manual_seed(seed)
+    sig = signature_of_env(env, **limit_options)
+    return NeRDModel(sig.input_groups, sig.target_dim, TINY)
+
+
+@pytest.mark.parametrize("name", ["Cartpole", "Ant"])
+def test_ensemble_steps_with_the_mean_of_its_members_targets(name):
+    """Members predicting the exact target plus and minus an offset step exactly like the ground truth: the ensemble
+    applies their mean (for the Ant's free base too, where the mean rotation is renormalised)."""
+    n, steps = 3, 8
+    gen = torch.Generator().manual_seed(4)
+    gt_env = make_env(name, n)
+    env = make_env(name, n)
+    options = {"joint_limit_inputs": True, "joint_limit_lookahead": True} if name == "Cartpole" else {}
+    nenv = NeuralEnvironment(env, [tiny_model(env, 0), tiny_model(env, 1, **options)])
+    plain, other = nenv.integrator.members
+    start = gt_env.sample_initial_states(n, gen)
+    gt_env.set_states(start)
+    nenv.reset(states=start)
+    sig = signature_of_env(gt_env)
+    for _ in range(steps):
+        tau = gt_env.sample_random_torques(n, gen)
+        s0 = gt_env.get_states()
+        _, anchor = build_inputs(sig, s0, gt_env.get_root_body_q(), tau, gt_env.get_contacts())
+        gt_env.step_with_joint_act(tau)
+        exact = build_targets(sig, s0, gt_env.get_states(), anchor)
+        offset = 0.05 * torch.randn(exact.shape, generator=gen)
+        plain.predict_targets = lambda exact=exact, offset=offset: exact + offset
+        other.predict_targets = lambda exact=exact, offset=offset: exact - offset
+        nenv.step_with_joint_act(tau)
+        torch.testing.assert_close(nenv.get_states(), gt_env.get_states(), atol=2e-4, rtol=1e-4)
+    # Alone, one member's offset moves the state away from the ground truth: the test can fail.
+    plain.predict_targets = lambda: exact + offset
+    nenv.integrator.members = [plain]
+    nenv.set_states(start)
+    nenv.step_with_joint_act(tau)
+    assert (nenv.get_states() - gt_env.get_states()).abs().max() > 1e-3
+
+
+def test_ensemble_members_keep_their_own_inputs_and_histories():
+    """Members with different input groups each record their own tokens; a reset clears every member's history of
+    the reset envs only; a single model is a plain integrator, not an ensemble of one."""
+    from nerd.integrator import NeRDEnsembleIntegrator, NeRDIntegrator
+
+    env = make_env("Cartpole", 3)
+    nenv = NeuralEnvironment(env, [tiny_model(env, 0), tiny_model(env, 1, joint_limit_inputs=True,
+                                                                  joint_limit_lookahead=True)], "ground-truth")
+    assert isinstance(nenv.integrator, NeRDEnsembleIntegrator)
+    plain, limits = nenv.integrator.members
+    assert "joint_limit_lookahead" not in plain.signature.input_groups
+    assert "joint_limit_lookahead" in limits.signature.input_groups and nenv.signature == plain.signature
+    nenv.reset(states=torch.tensor([[3.9, 0.3, 0.0, 0.0], [0.0, 0.1, 0.0, 0.0], [-3.9, 0.0, -1.0, 0.0]]))
+    for mode in ("ground-truth", "neural", "neural"):
+        nenv.set_env_mode(mode)
+        nenv.step(torch.zeros(3, 1))
+    assert plain.history_count.tolist() == limits.history_count.tolist() == [3, 3, 3]
+    assert plain._tokens.shape[-1] + 4 == limits._tokens.shape[-1]
+    nenv.reset(env_ids=[1], states=torch.zeros(1, 4))
+    assert plain.history_count.tolist() == limits.history_count.tolist() == [3, 0, 3]
+    assert type(NeuralEnvironment(env, [tiny_model(env, 0)]).integrator) is NeRDIntegrator
+
+
+def test_ensemble_of_another_robot_or_environment_is_refused(tmp_path):
+    """Checkpoints of two robots cannot form an ensemble (the second is checked against the env like the first), nor
+    can integrators of two environments."""
+    from nerd.checkpoint import save_checkpoint
+    from nerd.integrator import NeRDEnsembleIntegrator
+
+    paths = []
+    for name in ("Cartpole", "PendulumWithContact"):
+        sig = signature_of_env(make_env(name, 1))
+        paths.append(save_checkpoint(tmp_path / f"{name}.pt", NeRDModel(sig.input_groups, sig.target_dim, TINY), sig,
+                                     {}, history_length=4))
+    with pytest.raises(ValueError, match="checkpoint is for robot PendulumWithContact, not Cartpole"):
+        NeuralEnvironment.from_checkpoint(make_env("Cartpole", 1), paths)
+    one, two = (tiny_neural_env("Cartpole", 2).integrator for _ in range(2))
+    with pytest.raises(ValueError, match="must step the same environment"):
+        NeRDEnsembleIntegrator([one, two])
+    with pytest.raises(ValueError, match="two models or more"):
+        NeRDEnsembleIntegrator([one])

@@ -99,6 +99,35 @@ def test_eval_needs_a_model_for_neural_mode(monkeypatch, capsys):
     assert code == 1 and "needs --model-path" in error_lines(err)[0]
 
 
+def test_eval_with_several_models_evaluates_their_ensemble(tmp_path, monkeypatch, capsys):
+    """Two --model-path checkpoints (one with our joint-limit inputs) are evaluated as one ensemble and recorded as a
+    list; a checkpoint of another robot among them is a one-line error."""
+    from nerd.checkpoint import save_checkpoint
+    from nerd.envs import make_env
+    from nerd.features import signature_of_env
+    from nerd.models import ModelConfig
+    from nerd.models.nerd_model import NeRDModel
+    from nerd.models.transformer import TransformerConfig
+
+    tiny = ModelConfig(type="transformer", transformer=TransformerConfig(n_layer=1, n_head=2, n_embd=16, block_size=16,
+                                                                         head_hidden=[16]))
+    paths = []
+    for name, options in (("Cartpole", {}), ("Cartpole", {"joint_limit_inputs": True}), ("PendulumWithContact", {})):
+        sig = signature_of_env(make_env(name, 1), **options)
+        paths.append(str(save_checkpoint(tmp_path / f"{name}_{len(paths)}.pt",
+                                         NeRDModel(sig.input_groups, sig.target_dim, tiny), sig, {}, history_length=4)))
+    out = tmp_path / "ensemble.json"
+    code, stdout, err = run_script("eval/eval_passive_motion.py", "--env-name", "Cartpole", "--model-path", *paths[:2],
+                                   "--num-envs", "2", "--num-rollouts", "2", "--rollout-horizon", "5", "--output",
+                                   str(out), monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 0, err[-2000:]
+    assert json.loads(out.read_text())["model_path"] == paths[:2] and "pole_angle_error" in stdout
+    code, _, err = run_script("eval/eval_passive_motion.py", "--env-name", "Cartpole", "--model-path", paths[0],
+                              paths[2], "--num-envs", "2", "--num-rollouts", "2", monkeypatch=monkeypatch,
+                              capsys=capsys)
+    assert code == 1 and "checkpoint is for robot PendulumWithContact, not Cartpole" in error_lines(err)[0]
+
+
 def test_user_errors_are_one_line_and_internal_errors_keep_their_traceback(capsys):
     """run_main reports a UserError as one line with exit code 1, but lets a plain ValueError (a bug) propagate."""
     from nerd.cli import run_main

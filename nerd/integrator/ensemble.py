@@ -1,0 +1,108 @@
+"""NeRDEnsembleIntegrator: K NeRD models of one robot stepping as one solver (an option of ours, not the release's).
+
+Each step applies the mean of the members' relative targets (spec §6), integrated once. Averaging independently
+trained models cancels part of their errors, which compound over a long rollout; it costs K network calls per
+step. Measured for the Cartpole in docs/accuracy.md ("An ensemble of two lineages").
+
+Every member keeps the history of its own inputs, so members may read different input groups (a model with the
+joint-limit look-ahead next to one without it) and different history lengths; what they must share is the robot,
+its state layout and the target they predict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import newton
+import torch
+
+from nerd.errors import UserError
+from nerd.features import RobotSignature
+from nerd.integrator.nerd_integrator import NeRDIntegrator
+
+
+class NeRDEnsembleIntegrator(newton.solvers.SolverBase):
+    """The mean prediction of several :class:`NeRDIntegrator` over the same Newton model, as one solver.
+
+    It has the integrator's public surface (``step``, ``observe``, ``clear_history``, ``set_nan_check``,
+    ``predict_targets``, ``history_count``, ``signature``), so :class:`~nerd.neural_environment.NeuralEnvironment`
+    and the RL glue use it unchanged.
+
+    Args:
+        members: Two or more integrators of one robot copy set (the same ``newton.Model``, env count and frame).
+
+    Raises:
+        UserError: If fewer than two members are given or they differ in robot, state layout, target or frame.
+    """
+
+    def __init__(self, members: Sequence[NeRDIntegrator]):
+        members = list(members)
+        if len(members) < 2:
+            raise UserError(f"an ensemble needs two models or more, got {len(members)}")
+        lead = members[0]
+        for other in members[1:]:
+            if other.model is not lead.model or other.num_envs != lead.num_envs:
+                raise UserError("the ensemble's members must step the same environment")
+            a, b = lead.signature, other.signature
+            if (a.env_name, a.layout, lead.frame_dt) != (b.env_name, b.layout, other.frame_dt):
+                raise UserError(f"the ensemble's models predict different things: {a.env_name} {a.layout} every "
+                                f"{lead.frame_dt:g} s vs {b.env_name} {b.layout} every {other.frame_dt:g} s")
+        super().__init__(lead.model)
+        self.members = members
+        """The member integrators; the first one's signature and history count stand for the ensemble's."""
+        self.lead = lead
+
+    @property
+    def signature(self) -> RobotSignature:
+        """The first member's signature (all members share its robot, layout and target)."""
+        return self.lead.signature
+
+    @property
+    def num_envs(self) -> int:
+        return self.lead.num_envs
+
+    @property
+    def frame_dt(self) -> float:
+        return self.lead.frame_dt
+
+    @property
+    def check_nan(self) -> bool:
+        return self.lead.check_nan
+
+    @property
+    def history_count(self) -> torch.Tensor:
+        """(N,) valid history tokens per env of the first member (members with a shorter context keep fewer)."""
+        return self.lead.history_count
+
+    def set_nan_check(self, enabled: bool) -> None:
+        """See :meth:`NeRDIntegrator.set_nan_check`."""
+        for member in self.members:
+            member.set_nan_check(enabled)
+
+    def clear_history(self, env_ids: Sequence[int] | torch.Tensor | None = None) -> None:
+        """Forget the history of ``env_ids`` (all envs if None) in every member."""
+        for member in self.members:
+            member.clear_history(env_ids)
+
+    def observe(self, state: newton.State, control: newton.Control, contacts: newton.Contacts | None) -> None:
+        """Record the token of ``state`` in every member without predicting."""
+        for member in self.members:
+            member.observe(state, control, contacts)
+
+    @torch.inference_mode()
+    def predict_targets(self) -> torch.Tensor:
+        """The mean of the members' de-normalised relative targets (N, P)."""
+        targets = self.members[0].predict_targets()
+        for member in self.members[1:]:
+            targets = targets + member.predict_targets()
+        return targets / len(self.members)
+
+    def step(self, state_in: newton.State, state_out: newton.State, control: newton.Control,
+             contacts: newton.Contacts | None, dt: float, *, observables=None) -> None:
+        """Advance one frame of ``dt`` with the members' mean prediction."""
+        self.lead.check_frame_dt(dt)
+        for member in reversed(self.members):  # the lead last: its inputs are the ones written below
+            groups, anchor, states = member.current_inputs(state_in, control, contacts)
+            member.push_history(groups)
+        self.lead.write_prediction(state_out, states, anchor, groups, self.predict_targets())
+
