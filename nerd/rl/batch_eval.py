@@ -37,8 +37,9 @@ class PolicyEvalConfig:
     """rl-games policy checkpoints, e.g. one per training seed."""
     simulators: list[EnvMode] = field(default_factory=lambda: [GROUND_TRUTH, NEURAL])
     """Simulators to evaluate every policy in."""
-    nerd_model_path: str | None = None
-    """NeRD checkpoint for the neural simulator (default: the RL config's ``env.nerd_model_path``)."""
+    nerd_model_path: str | list[str] | None = None
+    """NeRD checkpoint for the neural simulator, or several for their ensemble (default: the RL config's
+    ``env.nerd_model_path``)."""
     num_games: int = 2048
     """Episodes per policy and simulator."""
     num_envs: int = 2048

@@ -67,8 +67,9 @@ class RLEnvConfig:
     """Parallel envs N (rl-games' ``num_actors``)."""
     env_mode: EnvMode = NEURAL
     """Step with the NeRD model or the analytical solver."""
-    nerd_model_path: str | None = None
-    """NeRD checkpoint, needed in neural mode only (relative paths are relative to the working directory)."""
+    nerd_model_path: str | list[str] | None = None
+    """NeRD checkpoint, needed in neural mode only (relative paths are relative to the working directory); a list of
+    checkpoints steps as their ensemble (mean prediction, our option)."""
     episode_length: int | None = None
     """Steps before a time-out; None keeps the task's own (Cartpole 300, Ant 500)."""
     solver: str | None = None

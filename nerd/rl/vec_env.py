@@ -150,8 +150,10 @@ def check_env_config(cfg: RLEnvConfig) -> type[Task]:
         if not cfg.nerd_model_path:
             raise UserError("neural mode needs a NeRD model: pass --nerd-model-path (or set env.nerd_model_path), "
                              "or use --env-mode ground-truth")
-        if not Path(cfg.nerd_model_path).is_file():
-            raise FileNotFoundError(f"NeRD model not found: {cfg.nerd_model_path}")
+        paths = [cfg.nerd_model_path] if isinstance(cfg.nerd_model_path, str) else cfg.nerd_model_path
+        for path in paths:
+            if not Path(path).is_file():
+                raise FileNotFoundError(f"NeRD model not found: {path}")
     return cls
 
 

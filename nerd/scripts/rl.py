@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> None:
                              "config.yaml of the checkpoint's run, beside the checkpoint or one folder up)")
     parser.add_argument("--env-mode", choices=ENV_MODES, default=None,
                         help="simulator (default: the config's env.env_mode)")
-    parser.add_argument("--nerd-model-path", default=None, help="NeRD checkpoint (neural mode)")
+    parser.add_argument("--nerd-model-path", nargs="+", default=None,
+                        help="NeRD checkpoint (neural mode); several step as their ensemble (mean prediction)")
     parser.add_argument("--num-envs", type=int, default=None, help="parallel envs (default: the config's)")
     parser.add_argument("--max-epochs", type=int, default=None, help="PPO epochs (default: the config's)")
     parser.add_argument("--playback", default=None, metavar="CHECKPOINT", help="evaluate this rl-games checkpoint")
@@ -71,7 +72,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.env_mode is not None:
         cfg.env.env_mode = args.env_mode
     if args.nerd_model_path is not None:
-        cfg.env.nerd_model_path = args.nerd_model_path
+        paths = args.nerd_model_path
+        cfg.env.nerd_model_path = paths[0] if len(paths) == 1 else paths
     if args.robot_variant is not None:
         cfg.env.robot_variant = args.robot_variant
     if args.control_mode is not None:

@@ -87,6 +87,33 @@ def test_playback_reports_reward_mean_and_std(trained_policy, tmp_path, monkeypa
     assert f"reward {result['mean_reward']:.2f} ± {result['std_reward']:.2f}" in stdout
 
 
+def test_playback_in_an_ensemble_of_nerd_models(trained_policy, tiny_nerd_model, tmp_path, monkeypatch, capsys):
+    """--nerd-model-path with two checkpoints plays the policy in their ensemble; the first checkpoint alone plays
+    the same episodes differently (the second model counts), and a missing second checkpoint is named."""
+    from nerd.integrator import NeRDEnsembleIntegrator
+
+    sig = signature_of_env(make_env("Cartpole", 1))
+    torch.manual_seed(7)
+    other = save_checkpoint(tmp_path / "other.pt", NeRDModel(sig.input_groups, sig.target_dim, TINY), sig, {},
+                            history_length=10)
+    cfg = load_rl_config(CARTPOLE_CFG)
+    cfg.env.env_mode, cfg.env.num_envs, cfg.env.nerd_model_path = "neural", 2, [tiny_nerd_model, str(other)]
+    assert isinstance(make_vec_env(cfg.env).nenv.integrator, NeRDEnsembleIntegrator)
+    rewards = {}
+    for name, paths in (("ensemble", [tiny_nerd_model, str(other)]), ("first", [tiny_nerd_model])):
+        out = tmp_path / f"{name}.json"
+        code, _, err = run_script("eval/run_rl.py", "--env-mode", "neural", "--nerd-model-path", *paths,
+                                  "--playback", str(trained_policy / "nn" / "last.pth"), "--num-games", "4",
+                                  "--num-envs", "4", "--output", str(out), monkeypatch=monkeypatch, capsys=capsys)
+        assert code == 0, err[-2000:]
+        rewards[name] = json.loads(out.read_text())["episode_rewards"]
+    assert rewards["ensemble"] != rewards["first"]
+    code, _, err = run_script("eval/run_rl.py", "--rl-cfg", CARTPOLE_CFG, "--env-mode", "neural", "--nerd-model-path",
+                              tiny_nerd_model, str(tmp_path / "missing.pt"), "--max-epochs", "1", "--logdir",
+                              str(tmp_path / "run"), monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 1 and f"NeRD model not found: {tmp_path / 'missing.pt'}" in error_lines(err)[0]
+
+
 def test_batch_evaluation_writes_the_table(trained_policy, tiny_nerd_model, tmp_path, monkeypatch, capsys):
     """Two policies x {ground truth, neural} give per-policy and pooled rows with the relative gap (JSON + Markdown)."""
     ckpt = str(trained_policy / "nn" / "last.pth")
