@@ -248,6 +248,8 @@ def format_results(results: dict[str, Any]) -> str:
         evaluated = results.get("evaluated_robot_variant", results["robot_variant"])
         variants = (f" ('{evaluated}' vs '{results['robot_variant']}')" if results["env_mode"] == GROUND_TRUTH
                     else f" ('{results['robot_variant']}')")
+    if results["env_mode"] == NEURAL and isinstance(results.get("model_path"), list):
+        variants += f" (ensemble of {len(results['model_path'])} models)"
     lines = [
         f"{results['env_name']} passive motion, {results['env_mode']} vs ground truth{variants}: "
         f"{results['num_rollouts']} rollouts x {results['rollout_horizon']} steps (seed {results['seed']}, "

@@ -121,7 +121,8 @@ def test_eval_with_several_models_evaluates_their_ensemble(tmp_path, monkeypatch
                                    "--num-envs", "2", "--num-rollouts", "2", "--rollout-horizon", "5", "--output",
                                    str(out), monkeypatch=monkeypatch, capsys=capsys)
     assert code == 0, err[-2000:]
-    assert json.loads(out.read_text())["model_path"] == paths[:2] and "pole_angle_error" in stdout
+    assert json.loads(out.read_text())["model_path"] == paths[:2]
+    assert "neural vs ground truth (ensemble of 2 models)" in stdout and "pole_angle_error" in stdout
     code, _, err = run_script("eval/eval_passive_motion.py", "--env-name", "Cartpole", "--model-path", paths[0],
                               paths[2], "--num-envs", "2", "--num-rollouts", "2", monkeypatch=monkeypatch,
                               capsys=capsys)
