@@ -28,7 +28,10 @@
 #   INIT      the weights the small runs start from (pretrained_models/NeRD_models/$ENV/model.pt); none: from
 #             scratch (a recipe with new inputs, e.g. EXTRA="joint_limit_inputs=true joint_limit_lookahead=true",
 #             has to be learned from the start: docs/accuracy.md, "Error against windows"). Joint-limit inputs take
-#             the robot's limits from its env, so from scratch they need Newton there; from INIT they are INIT's
+#             the robot's limits from its env, so from scratch they need Newton there; from INIT they are INIT's.
+#             A from-scratch joint-limit run without Newton there starts from an untrained checkpoint made here:
+#             train.py with the recipe and num_epochs=1 batches_per_epoch=1 lr_start=1.0e-12 lr_end=1.0e-12
+#             rollout_eval.num_envs=0 (its best.pt holds the fresh weights, the limits and the data's statistics)
 #   TRAIN     the training data (data/$ENV/train.hdf5); another file, or a directory of parts, is used as it is, and generated only with TRAIN_GEN
 #   TRAIN_GEN generation options for a missing TRAIN file, e.g. "--torque-scale log-uniform" (none: not generated)
 #             Data over a call's 64 MiB travels packed (bench/pack_dataset.py) and is unpacked there first:
