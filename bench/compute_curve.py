@@ -194,9 +194,18 @@ def format_table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def fit_span(fit: dict, last_windows: float, most: float) -> np.ndarray:
+    """The windows over which a fit is drawn: from its first point towards the target where the line falls to it, but
+    not past 100x ``most`` (the largest windows of any point); a line that never reaches the target ends at its
+    series' last point (extended, a rising line would set the plot's scale)."""
+    reach = fit["windows_to_target"]
+    end = last_windows if reach is None else min(max(last_windows, reach), 100 * most)
+    return np.geomspace(fit["from_windows"], end, 50)
+
+
 def plot(results: dict, path: Path) -> None:
-    """Per metric, error against windows (log-log): the points, each fit (dotted) extended towards its target but
-    not past 100x the largest windows of any point, and the target."""
+    """Per metric, error against windows (log-log): the points, each fit (dotted, :func:`fit_span`) and the
+    target."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -211,8 +220,7 @@ def plot(results: dict, path: Path) -> None:
             ax.plot(windows, [p["metrics"][name] for p in row["points"]], "o-", color=f"C{i}", label=series_name)
             fit = row["fits"][name]
             if fit is not None:
-                end = min(max(windows[-1], fit["windows_to_target"] or 100 * most), 100 * most)
-                span = np.geomspace(fit["from_windows"], end, 50)
+                span = fit_span(fit, windows[-1], most)
                 ax.plot(span, fit["prefactor"] * span ** fit["exponent"], ":", color=f"C{i}")
         ax.axhline(results["targets"][name], color="k", lw=0.8, ls="--", label="target")
         ax.set_xscale("log")

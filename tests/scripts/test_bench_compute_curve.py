@@ -90,3 +90,19 @@ def test_an_evaluation_without_the_horizon_is_refused(tmp_path, monkeypatch, cap
     assert code != 0 and error_lines(err) == [
         f"error: {path} has no errors at horizon 1000 (it has ['100', '500']); is it an eval_passive_motion.py "
         "report?"]
+
+
+def test_a_fit_is_drawn_towards_its_target_only_where_it_falls_to_it():
+    """A falling fit is drawn to where it reaches the target (capped at 100x the largest windows); a rising one ends
+    at its last point, so that it cannot stretch the plot over orders of magnitude of error."""
+    import runpy
+
+    from tests.scripts.test_entry_points import REPO
+
+    fit_span = runpy.run_path(str(REPO / SCRIPT))["fit_span"]
+    falling = {"from_windows": 1e6, "windows_to_target": 5e8}
+    assert fit_span(falling, 1e7, 1e7)[-1] == pytest.approx(5e8)
+    assert fit_span(falling, 1e7, 1e6)[-1] == pytest.approx(1e8)  # capped at 100x the largest windows
+    rising = {"from_windows": 1e6, "windows_to_target": None}
+    span = fit_span(rising, 2e7, 1e9)
+    assert span[0] == pytest.approx(1e6) and span[-1] == pytest.approx(2e7)
