@@ -30,6 +30,7 @@ from tqdm import tqdm
 from nerd.envs import make_env
 from nerd.errors import UserError
 from nerd.frames import quat_angle, quat_inverse, quat_mul, wrap_angle
+from nerd.integrator import NeRDEnsembleIntegrator
 from nerd.modes import GROUND_TRUTH, INITIAL_STATES, NEURAL
 from nerd.neural_environment import NeuralEnvironment
 from nerd.resources import check_memory
@@ -140,7 +141,10 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | None, env_
         ``per_dof`` means, ``error_vs_step`` (each metric averaged over trajectories, one value per step 1..H),
         ``env_steps_per_second`` of both simulators (env count x steps / wall time of their rollouts) and
         ``example_trajectories`` (joint coordinates of the first :data:`EXAMPLE_TRAJECTORIES` rollouts in both
-        simulators, for plots; :func:`write_results` leaves them out of the JSON).
+        simulators, for plots; :func:`write_results` leaves them out of the JSON); for an ensemble also
+        ``ensemble_disagreement`` (:attr:`~nerd.integrator.NeRDEnsembleIntegrator.disagreement`: its mean, its
+        mean over rollouts per step, and the rank correlation of each rollout's mean disagreement with its mean
+        error over steps 1..H, per metric).
     """
     if num_envs < 1 or num_rollouts < 1 or horizon < 1:
         raise UserError("--num-envs, --num-rollouts and --rollout-horizon must be positive")
@@ -179,6 +183,16 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | None, env_
     trajectory_means: dict[str, list[torch.Tensor]] = {}
     seconds = {"ground_truth": 0.0, "evaluated": 0.0}
     examples: dict[str, Any] = {}
+    # An ensemble's disagreement per step (no ground truth needed): does it tell the rollouts that drift?
+    ensemble = evaluated.integrator if (env_mode == NEURAL and isinstance(evaluated.integrator,
+                                                                          NeRDEnsembleIntegrator)) else None
+    disagreement_sum, disagreement_means, steps_disagreement = 0, [], []
+
+    def evaluated_step() -> None:
+        bar.update()
+        if ensemble is not None:
+            steps_disagreement.append(ensemble.disagreement.clone())
+
     # Progress over steps, not batches: one batch of a long horizon takes minutes.
     bar = tqdm(total=batches * 2 * horizon, desc=f"{env_name} {env_mode} vs ground truth", unit="step",
                mininterval=1.0, disable=not progress)
@@ -187,7 +201,8 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | None, env_
         start = time.perf_counter()
         gt = rollout(nenv, initial, horizon, GROUND_TRUTH, on_step=bar.update)
         middle = time.perf_counter()
-        pred = rollout(evaluated, initial, horizon, env_mode, on_step=bar.update)
+        steps_disagreement.clear()
+        pred = rollout(evaluated, initial, horizon, env_mode, on_step=evaluated_step)
         seconds["ground_truth"] += middle - start
         seconds["evaluated"] += time.perf_counter() - middle
         bar.set_postfix(env_steps_per_s=f"{(batch + 1) * num_envs * 2 * horizon / sum(seconds.values()):,.0f}")
@@ -199,6 +214,10 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | None, env_
             if name != "per_dof":
                 cumulative = value.double().cumsum(dim=0)[last_steps]  # (len(horizons), keep)
                 trajectory_means.setdefault(name, []).append(cumulative / step_counts)
+        if ensemble is not None:
+            disagreement = torch.stack(steps_disagreement)[:, :keep].double()  # (H, keep)
+            disagreement_sum = disagreement_sum + disagreement.sum(dim=1)
+            disagreement_means.append(disagreement.mean(dim=0))
         if batch == 0:
             k = min(EXAMPLE_TRAJECTORIES, keep)
             examples = {"state_names": env.state_names()[: env.dof_q],
@@ -210,6 +229,18 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | None, env_
     spread = {name: torch.cat(chunks, dim=1).std(dim=1, correction=0) for name, chunks in trajectory_means.items()}
     steps = batches * num_envs * horizon
     units = metric_units(env)
+    extra = {}
+    if ensemble is not None:
+        # Each rollout's mean disagreement over steps 1..H against its mean error over the same steps.
+        per_rollout = torch.cat(disagreement_means)
+        extra["ensemble_disagreement"] = {
+            "members": len(ensemble.members),
+            "mean": float(per_rollout.mean()),
+            "vs_step": (disagreement_sum / done).tolist(),
+            "rank_correlation_with_error": {
+                name: rank_correlation(per_rollout, torch.cat(chunks, dim=1)[-1])
+                for name, chunks in trajectory_means.items()},
+        }
     return {
         "env_name": env_name,
         "env_mode": env_mode,
@@ -237,7 +268,16 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | None, env_
         "error_vs_step": {name: v.tolist() for name, v in per_step.items() if name != "per_dof"},
         "env_steps_per_second": {name: steps / max(value, 1e-9) for name, value in seconds.items()},
         "example_trajectories": examples,
+        **extra,
     }
+
+
+def rank_correlation(x: torch.Tensor, y: torch.Tensor) -> float:
+    """Spearman's rank correlation of two 1-D samples (ties ranked by order; NaN for fewer than two values)."""
+    if len(x) < 2:
+        return float("nan")
+    ranks = [torch.argsort(torch.argsort(v)).double() for v in (x, y)]
+    return float(torch.corrcoef(torch.stack(ranks))[0, 1])
 
 
 def format_results(results: dict[str, Any]) -> str:
@@ -267,6 +307,11 @@ def format_results(results: dict[str, Any]) -> str:
         rates = results["env_steps_per_second"]
         lines.append(f"env-steps/s: ground truth {rates['ground_truth']:,.0f}, {results['env_mode']} "
                      f"{rates['evaluated']:,.0f}")
+    if "ensemble_disagreement" in results:
+        dis = results["ensemble_disagreement"]
+        lines.append(f"ensemble disagreement (members' target spread / target std): mean {dis['mean']:.4f}; rank "
+                     f"correlation of each rollout's mean with its error at H={results['rollout_horizon']}: "
+                     + ", ".join(f"{name} {r:+.2f}" for name, r in dis["rank_correlation_with_error"].items()))
     return "\n".join(lines)
 
 

@@ -51,6 +51,13 @@ class NeRDEnsembleIntegrator(newton.solvers.SolverBase):
         self.members = members
         """The member integrators; the first one's signature and history count stand for the ensemble's."""
         self.lead = lead
+        norm = lead.nerd_model.target_norm
+        self._target_scale = torch.sqrt(norm.var + norm.eps).float().to(lead.torch_device)
+        self.disagreement = torch.zeros(lead.num_envs, device=lead.torch_device)
+        """(N,) the members' disagreement at the last prediction: the spread (standard deviation over members) of
+        each target coordinate in units of the first model's target statistics, root-mean-squared over the
+        coordinates. It needs no ground truth: it grows where the models part, e.g. in states they were not
+        trained on."""
 
     @property
     def signature(self) -> RobotSignature:
@@ -91,11 +98,11 @@ class NeRDEnsembleIntegrator(newton.solvers.SolverBase):
 
     @torch.inference_mode()
     def predict_targets(self) -> torch.Tensor:
-        """The mean of the members' de-normalised relative targets (N, P)."""
-        targets = self.members[0].predict_targets()
-        for member in self.members[1:]:
-            targets = targets + member.predict_targets()
-        return targets / len(self.members)
+        """The mean of the members' de-normalised relative targets (N, P); records :attr:`disagreement`."""
+        targets = torch.stack([member.predict_targets() for member in self.members])
+        spread = targets.std(dim=0, correction=0) / self._target_scale
+        self.disagreement = spread.square().mean(dim=1).sqrt()
+        return targets.mean(dim=0)
 
     def step(self, state_in: newton.State, state_out: newton.State, control: newton.Control,
              contacts: newton.Contacts | None, dt: float, *, observables=None) -> None:

@@ -318,3 +318,31 @@ def test_ensemble_of_another_robot_or_environment_is_refused(tmp_path):
         NeRDEnsembleIntegrator([one, two])
     with pytest.raises(ValueError, match="two models or more"):
         NeRDEnsembleIntegrator([one])
+
+
+def test_ensemble_disagreement_is_zero_for_equal_members_and_measures_their_spread():
+    """The disagreement is the members' spread per target coordinate in units of the first model's target std,
+    root-mean-squared: zero for identical predictions, and known for a known spread."""
+    env = make_env("Cartpole", 2)
+    model = tiny_model(env, 0)
+    nenv = NeuralEnvironment(env, [model, model])
+    nenv.reset(states=torch.zeros(2, 4))
+    nenv.step(torch.zeros(2, 1))
+    assert nenv.integrator.disagreement.shape == (2,) and nenv.integrator.disagreement.abs().max() < 1e-6
+    one, two = nenv.integrator.members
+    scale = torch.sqrt(model.target_norm.var + model.target_norm.eps).float()
+    base = torch.zeros(2, 4)
+    # Two members at base +- d: the spread (std over members) of each coordinate is |d|.
+    d = torch.tensor([[1.0, 0.0, 0.0, 0.0], [2.0, 2.0, 2.0, 2.0]]) * scale
+    one.predict_targets, two.predict_targets = (lambda: base + d), (lambda: base - d)
+    torch.testing.assert_close(nenv.integrator.predict_targets(), base)
+    torch.testing.assert_close(nenv.integrator.disagreement, torch.tensor([0.5, 2.0]))
+
+
+def test_rank_correlation_of_monotone_relations():
+    """Spearman's correlation is +1 for any increasing relation and -1 for a decreasing one."""
+    from nerd.evaluation import rank_correlation
+
+    x = torch.tensor([0.1, 0.5, 0.2, 0.9])
+    assert rank_correlation(x, x ** 3) == pytest.approx(1.0)
+    assert rank_correlation(x, -x) == pytest.approx(-1.0)

@@ -53,6 +53,7 @@ def test_generate_train_evaluate_from_another_directory(tmp_path):
     assert results["metric_units"] == {"cart_position_error": "m", "pole_angle_error": "rad"}
     assert set(results["metrics_std"]) == set(results["metrics"]) and results["env_steps_per_second"]["evaluated"] > 0
     assert "example_trajectories" not in results  # plotted, not stored
+    assert "ensemble_disagreement" not in results  # one model
     assert (tmp_path / "eval/result.png").stat().st_size > 1000
 
 
@@ -121,8 +122,13 @@ def test_eval_with_several_models_evaluates_their_ensemble(tmp_path, monkeypatch
                                    "--num-envs", "2", "--num-rollouts", "2", "--rollout-horizon", "5", "--output",
                                    str(out), monkeypatch=monkeypatch, capsys=capsys)
     assert code == 0, err[-2000:]
-    assert json.loads(out.read_text())["model_path"] == paths[:2]
+    results = json.loads(out.read_text())
+    assert results["model_path"] == paths[:2]
     assert "neural vs ground truth (ensemble of 2 models)" in stdout and "pole_angle_error" in stdout
+    disagreement = results["ensemble_disagreement"]  # two differently initialised models part from the first step
+    assert disagreement["members"] == 2 and len(disagreement["vs_step"]) == 5 and min(disagreement["vs_step"]) > 0
+    assert set(disagreement["rank_correlation_with_error"]) == set(results["metrics"])
+    assert "ensemble disagreement" in stdout
     code, _, err = run_script("eval/eval_passive_motion.py", "--env-name", "Cartpole", "--model-path", paths[0],
                               paths[2], "--num-envs", "2", "--num-rollouts", "2", monkeypatch=monkeypatch,
                               capsys=capsys)
