@@ -26,7 +26,7 @@ class NeRDEnsembleIntegrator(newton.solvers.SolverBase):
 
     It has the integrator's public surface (``step``, ``observe``, ``clear_history``, ``set_nan_check``,
     ``predict_targets``, ``history_count``, ``signature``), so :class:`~nerd.neural_environment.NeuralEnvironment`
-    and the RL glue use it unchanged.
+    and the RL glue use it unchanged; :attr:`disagreement` is its own.
 
     Args:
         members: Two or more integrators of one robot copy set (the same ``newton.Model``, env count and frame).
