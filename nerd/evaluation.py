@@ -191,7 +191,7 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | None, env_
     def evaluated_step() -> None:
         bar.update()
         if ensemble is not None:
-            steps_disagreement.append(ensemble.disagreement.clone())
+            steps_disagreement.append(ensemble.disagreement)
 
     # Progress over steps, not batches: one batch of a long horizon takes minutes.
     bar = tqdm(total=batches * 2 * horizon, desc=f"{env_name} {env_mode} vs ground truth", unit="step",

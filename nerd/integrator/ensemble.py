@@ -17,7 +17,7 @@ import newton
 import torch
 
 from nerd.errors import UserError
-from nerd.features import RobotSignature
+from nerd.features import RobotSignature, build_inputs
 from nerd.integrator.nerd_integrator import NeRDIntegrator
 
 
@@ -53,11 +53,7 @@ class NeRDEnsembleIntegrator(newton.solvers.SolverBase):
         self.lead = lead
         norm = lead.nerd_model.target_norm
         self._target_scale = torch.sqrt(norm.var + norm.eps).float().to(lead.torch_device)
-        self.disagreement = torch.zeros(lead.num_envs, device=lead.torch_device)
-        """(N,) the members' disagreement at the last prediction: the spread (standard deviation over members) of
-        each target coordinate in units of the first model's target statistics, root-mean-squared over the
-        coordinates. It needs no ground truth: it grows where the models part, e.g. in states they were not
-        trained on."""
+        self._member_targets: torch.Tensor | None = None  # (K, N, P) of the last prediction
 
     @property
     def signature(self) -> RobotSignature:
@@ -93,23 +89,40 @@ class NeRDEnsembleIntegrator(newton.solvers.SolverBase):
 
     def observe(self, state: newton.State, control: newton.Control, contacts: newton.Contacts | None) -> None:
         """Record the token of ``state`` in every member without predicting."""
-        for member in self.members:
-            member.observe(state, control, contacts)
+        self._record(state, control, contacts)
+
+    def _record(self, state: newton.State, control: newton.Control, contacts: newton.Contacts | None
+                ) -> tuple[dict[str, torch.Tensor], torch.Tensor | None, torch.Tensor]:
+        """Read the simulator once, push each member's own token; the first member's groups, anchor and states."""
+        raw = self.lead.read_simulator(state, control, contacts)
+        inputs = [build_inputs(member.signature, *raw) for member in self.members]
+        for member, (groups, _) in zip(self.members, inputs, strict=True):
+            member.push_history(groups)
+        groups, anchor = inputs[0]
+        return groups, anchor, raw[0]
+
+    @property
+    def disagreement(self) -> torch.Tensor:
+        """(N,) the members' disagreement at the last prediction (zeros before the first): the spread (standard
+        deviation over members) of each target coordinate in units of the first model's target statistics,
+        root-mean-squared over the coordinates. It needs no ground truth: it grows where the models part, e.g. in
+        states they were not trained on. Computed when read, so a step whose caller never reads it pays nothing."""
+        if self._member_targets is None:
+            return torch.zeros(self.num_envs, device=self.lead.torch_device)
+        with torch.inference_mode():
+            spread = self._member_targets.std(dim=0, correction=0) / self._target_scale
+            return spread.square().mean(dim=1).sqrt()
 
     @torch.inference_mode()
     def predict_targets(self) -> torch.Tensor:
-        """The mean of the members' de-normalised relative targets (N, P); records :attr:`disagreement`."""
-        targets = torch.stack([member.predict_targets() for member in self.members])
-        spread = targets.std(dim=0, correction=0) / self._target_scale
-        self.disagreement = spread.square().mean(dim=1).sqrt()
-        return targets.mean(dim=0)
+        """The mean of the members' de-normalised relative targets (N, P); kept for :attr:`disagreement`."""
+        self._member_targets = torch.stack([member.predict_targets() for member in self.members])
+        return self._member_targets.mean(dim=0)
 
     def step(self, state_in: newton.State, state_out: newton.State, control: newton.Control,
              contacts: newton.Contacts | None, dt: float, *, observables=None) -> None:
         """Advance one frame of ``dt`` with the members' mean prediction."""
         self.lead.check_frame_dt(dt)
-        for member in reversed(self.members):  # the lead last: its inputs are the ones written below
-            groups, anchor, states = member.current_inputs(state_in, control, contacts)
-            member.push_history(groups)
+        groups, anchor, states = self._record(state_in, control, contacts)
         self.lead.write_prediction(state_out, states, anchor, groups, self.predict_targets())
 

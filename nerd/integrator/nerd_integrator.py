@@ -135,6 +135,14 @@ class NeRDIntegrator(newton.solvers.SolverBase):
     def current_inputs(self, state: newton.State, control: newton.Control, contacts: newton.Contacts | None
                        ) -> tuple[dict[str, torch.Tensor], torch.Tensor | None, torch.Tensor]:
         """Token groups (N, width), anchor (N, 7) or None, and world states (N, S) of ``state``."""
+        raw = self.read_simulator(state, control, contacts)
+        groups, anchor = build_inputs(self.signature, *raw)
+        return groups, anchor, raw[0]
+
+    def read_simulator(self, state: newton.State, control: newton.Control, contacts: newton.Contacts | None
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor] | None]:
+        """What :func:`~nerd.features.build_inputs` reads, from the simulator: world states (N, S), the anchor
+        body's pose (N, 7), the fed torques (N, J) and the contact features (None for a robot without contacts)."""
         n, sig = self.num_envs, self.signature
         torch_waits_for_warp(self.model.device)  # reads arrays the last Warp launches wrote
         states = torch.cat([wp.to_torch(state.joint_q).view(n, -1), wp.to_torch(state.joint_qd).view(n, -1)], dim=1)
@@ -146,8 +154,7 @@ class NeRDIntegrator(newton.solvers.SolverBase):
                 raise ValueError(
                     f"{sig.env_name} has {sig.contact_count} contact candidates; step() needs its contacts")
             features = contact_features(wp.to_torch(state.body_q), self._candidate_bodies(contacts), contacts, n)
-        groups, anchor = build_inputs(sig, states, body_q[:, self.anchor_body], torques, features)
-        return groups, anchor, states
+        return states, body_q[:, self.anchor_body], torques, features
 
     def _candidate_bodies(self, contacts: newton.Contacts) -> torch.Tensor:
         """(N * C,) body of each contact, gathered once per contact set (its candidates' bodies are fixed)."""
