@@ -116,7 +116,7 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | None, env_
                      progress: bool = True, initial_states: str = INITIAL_STATES[0],
                      mass_matrix_refresh: str | None = None, robot_variant: str | None = None,
                      control_mode: str | None = None, compile_model: bool = False,
-                     evaluated_robot_variant: str | None = None) -> dict[str, Any]:
+                     evaluated_robot_variant: str | None = None, mirror: bool = False) -> dict[str, Any]:
     """Passive-motion errors of ``env_mode`` against the ground truth over ``num_rollouts`` trajectories.
 
     Args:
@@ -129,6 +129,8 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | None, env_
         control_mode: Controller of robots with several (Anymal, Franka) that turns the zero actions into
             torques; None for the robot's default.
         compile_model: ``torch.compile`` the NeRD model's per-step prediction (see :class:`NeuralEnvironment`).
+        mirror: Average each model's prediction with that of the robot's mirror image (our option, see
+            :class:`NeuralEnvironment`).
         evaluated_robot_variant: In ground-truth mode, evaluate *another* variant's ground truth against it (e.g. the
             CubeToss ``"sim"`` simulator against its ``"real"`` data: the error of a mismatched analytical model);
             None evaluates the same variant. In neural mode the model is the dynamics; a model of another variant
@@ -164,7 +166,7 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | None, env_
     env = make_env(env_name, num_envs, device=device, contact_config=contact_config,
                    mass_matrix_refresh=mass_matrix_refresh, robot_variant=robot_variant, control_mode=control_mode)
     sample = initial_state_sampler(env, initial_states)
-    nenv = (NeuralEnvironment.from_checkpoint(env, model_path, GROUND_TRUTH, compile_model) if model_path
+    nenv = (NeuralEnvironment.from_checkpoint(env, model_path, GROUND_TRUTH, compile_model, mirror) if model_path
             else NeuralEnvironment(env, None, env_mode=GROUND_TRUTH))
     evaluated = nenv
     if evaluated_robot_variant is not None and evaluated_robot_variant != env.robot_variant:
@@ -251,6 +253,7 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | None, env_
         "seed": seed,
         "contact_config": contact_config,
         "initial_states": initial_states,
+        "mirror": mirror,
         "mass_matrix_refresh": env.mass_matrix_refresh,
         "contact_friction": env.contact_friction,
         "robot_variant": env.robot_variant,
@@ -290,6 +293,8 @@ def format_results(results: dict[str, Any]) -> str:
                     else f" ('{results['robot_variant']}')")
     if results["env_mode"] == NEURAL and isinstance(results.get("model_path"), list):
         variants += f" (ensemble of {len(results['model_path'])} models)"
+    if results.get("mirror"):
+        variants += " (each model also mirrored)"
     lines = [
         f"{results['env_name']} passive motion, {results['env_mode']} vs ground truth{variants}: "
         f"{results['num_rollouts']} rollouts x {results['rollout_horizon']} steps (seed {results['seed']}, "

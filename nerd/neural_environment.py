@@ -34,10 +34,14 @@ class NeuralEnvironment:
         history_length: NeRD history H the model was trained with (one per model for an ensemble).
         compile_model: Run the per-step prediction through ``torch.compile`` (our option; on the project's CPU
             it made the model ~20 % faster after about a minute of compilation, see docs/results.md).
+        mirror: Our option, for robots with a reflection symmetry (``Environment.mirror_joint_signs``): every model
+            also steps the mirror image of the robot, and the ensemble averages both predictions (two network calls
+            per model; see :class:`~nerd.integrator.NeRDIntegrator`'s ``mirror_signs``).
     """
 
     def __init__(self, env: Environment, nerd_model: NeRDModel | Sequence[NeRDModel] | None = None,
-                 env_mode: str = NEURAL, history_length: int | Sequence[int] = 10, compile_model: bool = False):
+                 env_mode: str = NEURAL, history_length: int | Sequence[int] = 10, compile_model: bool = False,
+                 mirror: bool = False):
         self.env = env
         """The wrapped robot environment."""
         self.name, self.num_envs, self.frame_dt = env.name, env.num_envs, env.frame_dt
@@ -48,8 +52,11 @@ class NeuralEnvironment:
         lengths = [history_length] * len(models) if isinstance(history_length, int) else list(history_length)
         if len(lengths) != len(models):
             raise UserError(f"{len(models)} NeRD models but {len(lengths)} history lengths")
-        members = [self._integrator(model, length, compile_model)
-                   for model, length in zip(models, lengths, strict=True)]
+        if mirror and models and not env.mirror_joint_signs:
+            raise UserError(f"--mirror: {env.name} declares no reflection symmetry (Environment.mirror_joint_signs)")
+        mirrors = [None, env.mirror_joint_signs] if mirror and models else [None]
+        members = [self._integrator(model, length, compile_model, signs)
+                   for model, length in zip(models, lengths, strict=True) for signs in mirrors]
         self.integrator: NeRDIntegrator | NeRDEnsembleIntegrator | None = (
             None if not members else members[0] if len(members) == 1 else NeRDEnsembleIntegrator(members))
         """The learned solver: one model's integrator, or an ensemble's when several models are given."""
@@ -59,7 +66,8 @@ class NeuralEnvironment:
         self.env_mode = ""
         self.set_env_mode(env_mode)
 
-    def _integrator(self, nerd_model: NeRDModel, history_length: int, compile_model: bool) -> NeRDIntegrator:
+    def _integrator(self, nerd_model: NeRDModel, history_length: int, compile_model: bool,
+                    mirror_signs: Sequence[float] | None = None) -> NeRDIntegrator:
         """The integrator of one model on this environment (the signature its input groups ask for)."""
         env, groups = self.env, nerd_model.input_groups
         signature = signature_of_env(env, joint_limit_inputs=JOINT_LIMITS in groups,
@@ -67,14 +75,15 @@ class NeuralEnvironment:
         return NeRDIntegrator(
             env.model, nerd_model.to(env.torch_device).eval(), signature, num_envs=env.num_envs,
             anchor_body=env.anchor_body, act_dof_indices=env.act_dof_indices, frame_dt=env.frame_dt,
-            history_length=history_length, compile_model=compile_model,
+            history_length=history_length, compile_model=compile_model, mirror_signs=mirror_signs,
         )
 
     @classmethod
     def from_checkpoint(cls, env: Environment, path: str | Path | Sequence[str | Path], env_mode: str = NEURAL,
-                        compile_model: bool = False) -> NeuralEnvironment:
+                        compile_model: bool = False, mirror: bool = False) -> NeuralEnvironment:
         """Load a NeRD checkpoint for ``env``, or several as an ensemble (:class:`NeRDEnsembleIntegrator`, our
-        option); a checkpoint for another robot or layout is a ValueError."""
+        option), each also mirrored with ``mirror`` (our option); a checkpoint for another robot or layout is a
+        ValueError."""
         paths = [path] if isinstance(path, (str, Path)) else list(path)
         models, lengths = [], []
         for one in paths:
@@ -83,7 +92,7 @@ class NeuralEnvironment:
                                                         joint_limit_lookahead=bool(signature.joint_limit_lookahead)))
             models.append(nerd_model)
             lengths.append(payload["history_length"])
-        return cls(env, models, env_mode, history_length=lengths, compile_model=compile_model)
+        return cls(env, models, env_mode, history_length=lengths, compile_model=compile_model, mirror=mirror)
 
     # ----------------------------------------------------------------------------------------------
     # mode

@@ -49,6 +49,8 @@ class Cartpole(Environment):
     anchor_body = 0
     passive_metrics = {"cart_position_error": ("abs", (0,)), "pole_angle_error": ("abs", (1,))}
     joint_limits = ((0, -RAIL_LIMIT, RAIL_LIMIT),)
+    mirror_joint_signs = (-1.0, -1.0)
+    """x -> -x, theta -> -theta: the rail (its stops at ±4 m), gravity and the upright pole are symmetric."""
 
     def build_robot(self, builder: newton.ModelBuilder) -> None:
         """Add the cart (prismatic along x) and the pole (revolute about y, unlimited)."""

@@ -124,6 +124,10 @@ class Environment:
     joint_limits: ClassVar[tuple[tuple[int, float, float], ...]] = ()
     """``(joint_q index, lower, upper)`` of the joint limits a model trained with ``joint_limit_inputs`` (our option)
     reads, as built into the robot (a test checks them against the model); empty: the option is refused."""
+    mirror_joint_signs: ClassVar[tuple[float, ...]] = ()
+    """A reflection that maps the robot's dynamics onto themselves (our option ``mirror``): the sign (+1 or -1) of
+    each joint DoF's coordinate, rate and torque under it, for fixed-base world-frame robots without contacts;
+    empty: the robot declares none (``mirror`` is refused). A test checks it against the ground truth."""
     passive_metrics: ClassVar[dict[str, tuple[str, tuple[int, ...]]]] = {}
     """Passive-motion metrics (spec §9): name -> (kind, joint_q indices). Kinds: ``"abs"`` mean |dq| over the
     indices (wrapped for continuous joints), ``"position"`` base position distance, ``"orientation"`` base

@@ -17,7 +17,7 @@ import newton
 import torch
 
 from nerd.errors import UserError
-from nerd.features import RobotSignature, build_inputs
+from nerd.features import RobotSignature
 from nerd.integrator.nerd_integrator import NeRDIntegrator
 
 
@@ -95,7 +95,7 @@ class NeRDEnsembleIntegrator(newton.solvers.SolverBase):
                 ) -> tuple[dict[str, torch.Tensor], torch.Tensor | None, torch.Tensor]:
         """Read the simulator once, push each member's own token; the first member's groups, anchor and states."""
         raw = self.lead.read_simulator(state, control, contacts)
-        inputs = [build_inputs(member.signature, *raw) for member in self.members]
+        inputs = [member.build_inputs(*raw) for member in self.members]
         for member, (groups, _) in zip(self.members, inputs, strict=True):
             member.push_history(groups)
         groups, anchor = inputs[0]

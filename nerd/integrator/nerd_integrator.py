@@ -64,6 +64,11 @@ class NeRDIntegrator(newton.solvers.SolverBase):
             docs/results.md for what it does on a CPU; the first steps pay the compilation).
         chunk_envs: Envs per network call. None: :data:`CPU_CHUNK_ENVS` on a CPU (activations that stay in
             cache; 1.3x faster than one call for 2048 envs on the project's CPU), all envs at once on a GPU.
+        mirror_signs: Our option: feed the network the mirror image of every state and torque, and mirror its
+            prediction back. The robot's reflection symmetry, one sign per joint DoF
+            (:attr:`~nerd.envs.environment.Environment.mirror_joint_signs`). Alone it is the same dynamics seen in a
+            mirror; next to the plain model in an ensemble it averages out the part of the network's error that
+            breaks the symmetry (docs/accuracy.md). None: the network sees the robot as it is.
 
     Raises:
         ValueError: If the network's input groups do not match ``signature`` or ``history_length`` exceeds its
@@ -72,7 +77,8 @@ class NeRDIntegrator(newton.solvers.SolverBase):
 
     def __init__(self, model: newton.Model, nerd_model: NeRDModel, signature: RobotSignature, *, num_envs: int,
                  anchor_body: int, act_dof_indices: Sequence[int], frame_dt: float, history_length: int = 10,
-                 check_nan: bool = True, compile_model: bool = False, chunk_envs: int | None = None):
+                 check_nan: bool = True, compile_model: bool = False, chunk_envs: int | None = None,
+                 mirror_signs: Sequence[float] | None = None):
         super().__init__(model)
         if nerd_model.input_groups != signature.input_groups or nerd_model.output_dim != signature.target_dim:
             raise ValueError(f"the NeRD model's inputs/outputs do not match the {signature.env_name} signature")
@@ -111,6 +117,9 @@ class NeRDIntegrator(newton.solvers.SolverBase):
         """Envs per network call."""
         self._predict = torch.compile(nerd_model.predict_last, dynamic=False) if compile_model else \
             nerd_model.predict_last
+        self.mirror = None if mirror_signs is None else _mirror_tensors(signature, mirror_signs, self.act_dof_indices,
+                                                                        self.torch_device)
+        """(state signs (S,), torque signs (J,)) of the mirror option, or None."""
 
     def set_nan_check(self, enabled: bool) -> None:
         """Raise :class:`RolloutDivergedError` on a non-finite prediction (on), or leave it to the caller (off).
@@ -136,8 +145,16 @@ class NeRDIntegrator(newton.solvers.SolverBase):
                        ) -> tuple[dict[str, torch.Tensor], torch.Tensor | None, torch.Tensor]:
         """Token groups (N, width), anchor (N, 7) or None, and world states (N, S) of ``state``."""
         raw = self.read_simulator(state, control, contacts)
-        groups, anchor = build_inputs(self.signature, *raw)
+        groups, anchor = self.build_inputs(*raw)
         return groups, anchor, raw[0]
+
+    def build_inputs(self, states: torch.Tensor, root_body_q: torch.Tensor, joint_acts: torch.Tensor,
+                     contacts: dict[str, torch.Tensor] | None) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
+        """This member's token groups and anchor (:func:`~nerd.features.build_inputs`) of what
+        :meth:`read_simulator` read; with the mirror option, of its mirror image."""
+        if self.mirror is not None:
+            states, joint_acts = states * self.mirror[0], joint_acts * self.mirror[1]
+        return build_inputs(self.signature, states, root_body_q, joint_acts, contacts)
 
     def read_simulator(self, state: newton.State, control: newton.Control, contacts: newton.Contacts | None
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor] | None]:
@@ -188,7 +205,9 @@ class NeRDIntegrator(newton.solvers.SolverBase):
     @torch.inference_mode()
     def predict_targets(self) -> torch.Tensor:
         """De-normalised relative targets (N, P) from the current histories (each needs one token at least)."""
-        return self._predict(self._tokens, self.history_count - 1, self.chunk_envs)
+        targets = self._predict(self._tokens, self.history_count - 1, self.chunk_envs)
+        # Fixed-base world-frame targets are [Δq, Δq̇]: the mirror maps them with the states' signs.
+        return targets if self.mirror is None else targets * self.mirror[0]
 
     # ----------------------------------------------------------------------------------------------
     def step(self, state_in: newton.State, state_out: newton.State, control: newton.Control,
@@ -227,3 +246,19 @@ class NeRDIntegrator(newton.solvers.SolverBase):
         wp.to_torch(state_out.joint_qd).view(n, -1).copy_(next_states[:, dof_q:])
         warp_waits_for_torch(self.model.device)
         newton.eval_fk(self.model, state_out.joint_q, state_out.joint_qd, state_out)
+
+
+def _mirror_tensors(sig: RobotSignature, signs: Sequence[float], act_dof_indices: Sequence[int],
+                    device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """State signs (S,) and torque signs (J,) of a reflection given per joint DoF; refused where it is not one."""
+    if sig.floating_base or sig.states_frame != "world" or sig.contact_count or sig.dof_q != sig.dof_qd:
+        raise UserError(f"mirror: {sig.env_name} is not a fixed-base world-frame robot without contacts; the option "
+                        "covers those only")
+    if len(signs) != sig.dof_q or any(s not in (-1.0, 1.0) for s in signs):
+        raise UserError(f"mirror: {sig.env_name} needs one sign (+1 or -1) per joint DoF ({sig.dof_q}), got "
+                        f"{list(signs)}")
+    for index, lower, upper in sig.joint_limits:
+        if signs[index] < 0 and lower != -upper:
+            raise UserError(f"mirror: the limit [{lower:g}, {upper:g}] of joint coordinate {index} is not symmetric")
+    state = torch.tensor([*signs, *signs], dtype=torch.float32, device=device)
+    return state, state[list(act_dof_indices)].clone()

@@ -40,6 +40,9 @@ class PolicyEvalConfig:
     nerd_model_path: str | list[str] | None = None
     """NeRD checkpoint for the neural simulator, or several for their ensemble (default: the RL config's
     ``env.nerd_model_path``)."""
+    nerd_mirror: bool | None = None
+    """Average each NeRD model's prediction with its mirror image's (our option; default: the RL config's
+    ``env.nerd_mirror``)."""
     num_games: int = 2048
     """Episodes per policy and simulator."""
     num_envs: int = 2048
@@ -74,6 +77,8 @@ def batch_evaluate(cfg: PolicyEvalConfig, device: str = "cpu", progress: bool = 
     rl_cfg.env.num_envs = min(cfg.num_envs, cfg.num_games)
     if cfg.nerd_model_path is not None:
         rl_cfg.env.nerd_model_path = cfg.nerd_model_path
+    if cfg.nerd_mirror is not None:
+        rl_cfg.env.nerd_mirror = cfg.nerd_mirror
     if cfg.episode_length is not None:
         rl_cfg.env.episode_length = cfg.episode_length
     env_cfgs = {}

@@ -70,6 +70,9 @@ class RLEnvConfig:
     nerd_model_path: str | list[str] | None = None
     """NeRD checkpoint, needed in neural mode only (relative paths are relative to the working directory); a list of
     checkpoints steps as their ensemble (mean prediction, our option)."""
+    nerd_mirror: bool = False
+    """Average each NeRD model's prediction with its prediction for the robot's mirror image (our option, for robots
+    with ``Environment.mirror_joint_signs``: the Cartpole; two network calls per model)."""
     episode_length: int | None = None
     """Steps before a time-out; None keeps the task's own (Cartpole 300, Ant 500)."""
     solver: str | None = None

@@ -168,7 +168,8 @@ def make_vec_env(cfg: RLEnvConfig, device: str = "cpu", seed: int = 0) -> NeRDVe
                    mass_matrix_refresh=cfg.mass_matrix_refresh, contact_friction=cfg.contact_friction,
                    robot_variant=cfg.robot_variant, control_mode=cfg.control_mode)
     if cfg.env_mode == NEURAL:
-        nenv = NeuralEnvironment.from_checkpoint(env, cfg.nerd_model_path, NEURAL, cfg.compile_nerd_model)
+        nenv = NeuralEnvironment.from_checkpoint(env, cfg.nerd_model_path, NEURAL, cfg.compile_nerd_model,
+                                                 cfg.nerd_mirror)
     else:
         nenv = NeuralEnvironment(env, None, env_mode=GROUND_TRUTH)
     return NeRDVecEnv(nenv, cls(cfg.num_envs, nenv.torch_device), cfg.episode_length, seed)

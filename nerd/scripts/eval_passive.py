@@ -58,6 +58,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output", default=None, help="results JSON (a PNG of error vs step is written beside it)")
     parser.add_argument("--compile-model", action="store_true",
                         help="torch.compile the NeRD model's per-step prediction (faster after ~1 min of compiling)")
+    parser.add_argument("--mirror", action="store_true",
+                        help="our option (Cartpole): average each model's prediction with its prediction for the "
+                             "robot's mirror image (twice the network calls)")
     add_common_args(parser, seed_default=500)
     add_viewer_args(parser)
     args = parser.parse_args(argv)
@@ -87,7 +90,8 @@ def main(argv: list[str] | None = None) -> None:
                          args.rollout_horizon, args.seed, config, resolve_device(args.device),
                          initial_states=args.initial_states, mass_matrix_refresh=args.mass_matrix_refresh,
                          robot_variant=args.robot_variant, control_mode=args.control_mode,
-                         compile_model=args.compile_model, evaluated_robot_variant=args.evaluated_robot_variant)
+                         compile_model=args.compile_model, evaluated_robot_variant=args.evaluated_robot_variant,
+                         mirror=args.mirror)
         for config in configs
     ]
     for results in runs:

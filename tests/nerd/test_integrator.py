@@ -346,3 +346,45 @@ def test_rank_correlation_of_monotone_relations():
     x = torch.tensor([0.1, 0.5, 0.2, 0.9])
     assert rank_correlation(x, x ** 3) == pytest.approx(1.0)
     assert rank_correlation(x, -x) == pytest.approx(-1.0)
+
+
+def test_mirror_option_makes_any_model_equivariant_under_the_robots_reflection():
+    """With ``mirror`` every model steps beside its mirror image, so a rollout from the mirrored start under mirrored
+    torques is the mirror image of the rollout, for any weights (an untrained model with the joint-limit groups
+    here, through a rail stop); the model alone is not equivariant (the test can fail)."""
+    from nerd.envs.cartpole import Cartpole
+
+    signs = torch.tensor(Cartpole.mirror_joint_signs)
+    state_signs = torch.cat([signs, signs])
+    start = torch.tensor([[3.9, 0.3, 2.0, -1.0], [0.4, 2.5, -3.0, 1.0]])
+    torques = torch.tensor([[300.0, 0.0], [-800.0, 0.0]])
+
+    def mirror_gap(mirror: bool) -> float:
+        env = make_env("Cartpole", 4)
+        model = tiny_model(env, 0, joint_limit_inputs=True, joint_limit_lookahead=True)
+        nenv = NeuralEnvironment(env, [model], mirror=mirror)
+        nenv.reset(states=torch.cat([start, start * state_signs]))
+        gap = 0.0
+        for _ in range(6):
+            nenv.step_with_joint_act(torch.cat([torques, torques * signs]))
+            states = nenv.get_states()
+            assert torch.isfinite(states).all()
+            gap = max(gap, float((states[2:] - states[:2] * state_signs).abs().max()))
+        return gap
+
+    assert mirror_gap(True) < 1e-5
+    assert mirror_gap(False) > 1e-3
+
+
+def test_mirror_option_doubles_each_model_and_is_refused_without_a_symmetry():
+    """Two models with ``mirror`` step as four members (each plain, then mirrored); a robot that declares no
+    reflection (the Ant) refuses the option in one line."""
+    from nerd.integrator import NeRDEnsembleIntegrator
+
+    env = make_env("Cartpole", 2)
+    nenv = NeuralEnvironment(env, [tiny_model(env, 0), tiny_model(env, 1)], mirror=True)
+    assert isinstance(nenv.integrator, NeRDEnsembleIntegrator)
+    assert [member.mirror is not None for member in nenv.integrator.members] == [False, True, False, True]
+    ant = make_env("Ant", 1)
+    with pytest.raises(ValueError, match="Ant declares no reflection symmetry"):
+        NeuralEnvironment(ant, tiny_model(ant, 0), mirror=True)

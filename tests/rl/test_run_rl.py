@@ -99,6 +99,8 @@ def test_playback_in_an_ensemble_of_nerd_models(trained_policy, tiny_nerd_model,
     cfg = load_rl_config(CARTPOLE_CFG)
     cfg.env.env_mode, cfg.env.num_envs, cfg.env.nerd_model_path = "neural", 2, [tiny_nerd_model, str(other)]
     assert isinstance(make_vec_env(cfg.env).nenv.integrator, NeRDEnsembleIntegrator)
+    cfg.env.nerd_model_path, cfg.env.nerd_mirror = tiny_nerd_model, True  # one model beside its mirror image (ours)
+    assert len(make_vec_env(cfg.env).nenv.integrator.members) == 2
     rewards = {}
     for name, paths in (("ensemble", [tiny_nerd_model, str(other)]), ("first", [tiny_nerd_model])):
         out = tmp_path / f"{name}.json"

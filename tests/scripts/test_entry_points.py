@@ -133,6 +133,19 @@ def test_eval_with_several_models_evaluates_their_ensemble(tmp_path, monkeypatch
                               paths[2], "--num-envs", "2", "--num-rollouts", "2", monkeypatch=monkeypatch,
                               capsys=capsys)
     assert code == 1 and "checkpoint is for robot PendulumWithContact, not Cartpole" in error_lines(err)[0]
+    # --mirror (ours): one model beside its mirror image, recorded; a robot without a reflection refuses it.
+    out = tmp_path / "mirror.json"
+    code, stdout, err = run_script("eval/eval_passive_motion.py", "--env-name", "Cartpole", "--model-path", paths[0],
+                                   "--mirror", "--num-envs", "2", "--num-rollouts", "2", "--rollout-horizon", "3",
+                                   "--output", str(out), monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 0, err[-2000:]
+    results = json.loads(out.read_text())
+    assert results["mirror"] is True and results["ensemble_disagreement"]["members"] == 2
+    assert "(each model also mirrored)" in stdout
+    code, _, err = run_script("eval/eval_passive_motion.py", "--env-name", "PendulumWithContact", "--model-path",
+                              paths[2], "--mirror", "--num-envs", "2", "--num-rollouts", "2", monkeypatch=monkeypatch,
+                              capsys=capsys)
+    assert code == 1 and "PendulumWithContact declares no reflection symmetry" in error_lines(err)[0]
 
 
 def test_user_errors_are_one_line_and_internal_errors_keep_their_traceback(capsys):

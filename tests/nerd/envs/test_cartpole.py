@@ -174,3 +174,29 @@ def test_limit_starts_bounce_slowly_off_the_rail_stop():
     assert hit.float().mean() > 0.5
     assert depth.max() < 0.15
     assert (side * env.get_states()[:, 2] < 0)[hit].float().mean() > 0.9
+
+
+def test_mirror_joint_signs_are_a_symmetry_of_the_ground_truth():
+    """The mirror image of a rollout (x, theta, their rates and the cart force negated) is the rollout of the
+    mirrored start and forces, through a rail-stop bounce too; negating x alone is not a symmetry (the test can
+    fail)."""
+    n, frames = 4, 120
+    gen = torch.Generator().manual_seed(3)
+    start = torch.tensor([[3.7, 0.4, 3.0, -1.0], [0.5, 3.0, -2.0, 4.0], [-1.0, -0.2, 0.0, 0.0], [0.0, 1.0, 1.0, 1.0]])
+    torques = [make_env("Cartpole", 1).sample_random_torques(n, gen) * 0.2 for _ in range(frames)]
+
+    def run(state_signs: torch.Tensor, torque_signs: torch.Tensor) -> torch.Tensor:
+        env = make_env("Cartpole", n)
+        env.set_states(start * state_signs)
+        states = []
+        for tau in torques:
+            env.step_with_joint_act(tau * torque_signs)
+            states.append(env.get_states() * state_signs)
+        return torch.stack(states)
+
+    signs = torch.tensor(cartpole.Cartpole.mirror_joint_signs)
+    plain = run(torch.ones(4), torch.ones(2))
+    assert plain[:, 0, 0].max() > cartpole.RAIL_LIMIT  # the first env bounces off the stop
+    torch.testing.assert_close(run(torch.cat([signs, signs]), signs), plain, atol=1e-4, rtol=1e-4)
+    cart_only = torch.tensor([-1.0, 1.0])
+    assert (run(torch.cat([cart_only, cart_only]), cart_only) - plain).abs().max() > 0.1
