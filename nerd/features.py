@@ -178,6 +178,36 @@ def robot_joint_limits(env_name: str) -> tuple[tuple[int, float, float], ...]:
     return tuple(limits)
 
 
+def robot_mirror_signs(env_name: str) -> tuple[float, ...]:
+    """The reflection ``env_name`` declares (:attr:`~nerd.envs.Environment.mirror_joint_signs`, one sign per joint
+    DoF); a UserError if it declares none."""
+    from nerd.envs import env_class  # here, not at the top: this module stays engine-free
+
+    signs = env_class(env_name).mirror_joint_signs
+    if not signs:
+        raise UserError(f"mirror: {env_name} declares no reflection symmetry (Environment.mirror_joint_signs)")
+    return tuple(signs)
+
+
+def mirror_raw(sig: RobotSignature, signs: tuple[float, ...], states: Tensor, joint_acts: Tensor,
+               act_dof_indices: list[int] | None = None) -> tuple[Tensor, Tensor]:
+    """The mirror image of world states (..., 2 dof) and joint torques (..., J) under a reflection given per joint
+    DoF, for fixed-base world-frame robots without contacts (a UserError otherwise). Torques are the DoFs
+    ``act_dof_indices`` (default: all of them)."""
+    if sig.floating_base or sig.states_frame != "world" or sig.contact_count or sig.dof_q != sig.dof_qd:
+        raise UserError(f"mirror: {sig.env_name} is not a fixed-base world-frame robot without contacts; the option "
+                        "covers those only")
+    if len(signs) != sig.dof_q or any(s not in (-1.0, 1.0) for s in signs):
+        raise UserError(f"mirror: {sig.env_name} needs one sign (+1 or -1) per joint DoF ({sig.dof_q}), got "
+                        f"{list(signs)}")
+    for index, lower, upper in sig.joint_limits:
+        if signs[index] < 0 and lower != -upper:
+            raise UserError(f"mirror: the limit [{lower:g}, {upper:g}] of joint coordinate {index} is not symmetric")
+    state_signs = torch.tensor([*signs, *signs], dtype=states.dtype, device=states.device)
+    act_signs = state_signs[: sig.dof_q] if act_dof_indices is None else state_signs[list(act_dof_indices)]
+    return states * state_signs, joint_acts * act_signs.to(joint_acts.dtype)
+
+
 def active_contact_mask(depths: Tensor, thicknesses: Tensor) -> Tensor:
     """(..., C) bool: candidates close enough to the ground to matter (spec §4)."""
     threshold = torch.clamp(ACTIVE_THICKNESS_FACTOR * thicknesses, min=ACTIVE_DEPTH_FLOOR)

@@ -26,7 +26,7 @@ from nerd.config import ConfigError, check_range, to_dict
 from nerd.datasets.windows import TrajectoryWindows, dataset_files
 from nerd.distributed import Rank, current_rank, replica_checksums
 from nerd.errors import RolloutDivergedError, UserError, first_line
-from nerd.features import RobotSignature, robot_joint_limits
+from nerd.features import RobotSignature, robot_joint_limits, robot_mirror_signs
 from nerd.models import ModelConfig
 from nerd.models.nerd_model import NeRDModel
 from nerd.modes import INITIAL_STATES, NEURAL, InitialStates
@@ -148,6 +148,11 @@ class TrainConfig:
     """With ``joint_limit_inputs``, also give the model the ``joint_limit_lookahead`` group (our option;
     :mod:`nerd.features`): the same penetration and rate one frame ahead, for ``q + q̇ Δt``, the cue of the frame
     that enters a limit. A run started ``--init-from`` a model without the group gains it with zero weights."""
+    mirror_data: bool = False
+    """Train on every trajectory and its mirror image (our option, for robots that declare a reflection,
+    :attr:`~nerd.envs.Environment.mirror_joint_signs`: the Cartpole): twice the windows, and a model pushed towards
+    the symmetry that the ``mirror`` option of the evaluation imposes exactly at twice the network calls. The
+    validation data stays as recorded."""
     best_checkpoint_by: Literal["rollout", "valid_loss"] = "rollout"
     """What ``nn/best.pt`` minimises: ``"rollout"`` the sum of the per-epoch rollout's error metrics (what a NeRD
     model is for; the one-step loss can fall while the rollout error grows), or ``"valid_loss"`` the one-step
@@ -281,7 +286,8 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int |
         check_run_dir(logdir, RUN_DIR_ENTRIES, overwrite)  # fail fast, before the datasets are read
     limits = _joint_limits(cfg, logdir / "nn" / "last.pt" if resume else init_from)
     train_data = TrajectoryWindows(cfg.dataset.train, cfg.history_length, device, cfg.dataset.max_train_trajectories,
-                                   joint_limits=limits, joint_limit_lookahead=cfg.joint_limit_lookahead)
+                                   joint_limits=limits, joint_limit_lookahead=cfg.joint_limit_lookahead,
+                                   mirror_signs=_mirror_signs(cfg))
     valid_data = TrajectoryWindows(cfg.dataset.valid, cfg.history_length, device, joint_limits=limits,
                                    joint_limit_lookahead=cfg.joint_limit_lookahead)
     sig = train_data.signature
@@ -517,6 +523,17 @@ def _joint_limits(cfg: TrainConfig, checkpoint: str | Path | None) -> tuple[tupl
                             f"needs {err.name or 'the engine'} (not installed here), or from a checkpoint that "
                             "reads them (--init-from, --resume)") from err
         return limits
+
+
+def _mirror_signs(cfg: TrainConfig) -> tuple[float, ...]:
+    """The reflection a ``mirror_data`` run adds to its training data (its robot's), or () without the option."""
+    if not cfg.mirror_data:
+        return ()
+    try:
+        return robot_mirror_signs(cfg.env_name)
+    except ImportError as err:
+        raise UserError(f"mirror_data: {cfg.env_name}'s reflection comes from its environment, which needs "
+                        f"{err.name or 'the engine'} (not installed here)") from err
 
 
 def _init_or_resume(cfg: TrainConfig, train_data: TrajectoryWindows, logdir: Path, device: str, resume: bool,

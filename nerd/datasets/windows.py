@@ -20,7 +20,7 @@ import h5py
 import torch
 
 from nerd.datasets.hdf5 import DatasetError, read_attrs
-from nerd.features import RobotSignature, build_inputs, build_targets
+from nerd.features import RobotSignature, build_inputs, build_targets, mirror_raw
 
 _CONVERT_CHUNK = 1024  # trajectories converted at a time, to bound the temporary memory of the conversion
 
@@ -77,17 +77,21 @@ class TrajectoryWindows:
             stored in datasets); the windows then carry the ``joint_limits`` input group.
         joint_limit_lookahead: With ``joint_limits``, also carry the ``joint_limit_lookahead`` group, one frame of
             the dataset (its ``frame_dt``) ahead.
+        mirror_signs: A reflection of the robot, one sign per joint DoF
+            (:attr:`~nerd.envs.Environment.mirror_joint_signs`): every trajectory is also read as its mirror image
+            (twice the windows; our option). Empty: the trajectories as recorded.
     """
 
     def __init__(self, path: str | Path | Sequence[str | Path], history: int, device: str | torch.device = "cpu",
                  max_trajectories: int | None = None, joint_limits: tuple[tuple[int, float, float], ...] = (),
-                 joint_limit_lookahead: bool = False):
+                 joint_limit_lookahead: bool = False, mirror_signs: tuple[float, ...] = ()):
         files = dataset_files(path)
         self.path = Path(path) if isinstance(path, (str, Path)) else files[0]
         """The file or directory given (the first file of a list)."""
         self.files = files
         """The dataset's files, in reading order."""
         self.history = history
+        self.mirror_signs = tuple(mirror_signs)
         inputs: dict[str, list[torch.Tensor]] = {}
         targets: list[torch.Tensor] = []
         remaining = max_trajectories
@@ -139,15 +143,22 @@ class TrajectoryWindows:
                     if bad:
                         raise DatasetError(f"{path}: field '{name}' holds {bad} non-finite values "
                                            f"(trajectories {start}..{stop - 1}); regenerate the dataset")
-                groups, anchor = build_inputs(self.signature, raw["states"], raw["root_body_q"], raw["joint_acts"], raw)
-                target = build_targets(self.signature, raw["states"], raw["next_states"], anchor)
-                if target.shape[1] > length:
-                    # Inputs and targets are per step, so cutting after the conversion changes no value.
-                    groups = {name: overlapping_pieces(value, length, self.history) for name, value in groups.items()}
-                    target = overlapping_pieces(target, length, self.history)
-                for name, value in groups.items():
-                    inputs.setdefault(name, []).append(value)
-                targets.append(target)
+                views = [(raw["states"], raw["next_states"], raw["joint_acts"])]
+                if self.mirror_signs:
+                    states, acts = mirror_raw(self.signature, self.mirror_signs, raw["states"], raw["joint_acts"])
+                    views.append((states, mirror_raw(self.signature, self.mirror_signs, raw["next_states"], acts)[0],
+                                  acts))
+                for states, next_states, acts in views:
+                    groups, anchor = build_inputs(self.signature, states, raw["root_body_q"], acts, raw)
+                    target = build_targets(self.signature, states, next_states, anchor)
+                    if target.shape[1] > length:
+                        # Inputs and targets are per step, so cutting after the conversion changes no value.
+                        groups = {name: overlapping_pieces(value, length, self.history)
+                                  for name, value in groups.items()}
+                        target = overlapping_pieces(target, length, self.history)
+                    for name, value in groups.items():
+                        inputs.setdefault(name, []).append(value)
+                    targets.append(target)
         return total
 
     def __len__(self) -> int:

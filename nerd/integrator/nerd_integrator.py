@@ -35,7 +35,7 @@ import warp as wp
 from nerd.envs.contacts import contact_features
 from nerd.envs.environment import torch_waits_for_warp, warp_waits_for_torch
 from nerd.errors import RolloutDivergedError, UserError
-from nerd.features import RobotSignature, build_inputs
+from nerd.features import RobotSignature, build_inputs, mirror_raw
 from nerd.models.nerd_model import NeRDModel
 from nerd.representation import integrate_target
 
@@ -117,8 +117,12 @@ class NeRDIntegrator(newton.solvers.SolverBase):
         """Envs per network call."""
         self._predict = torch.compile(nerd_model.predict_last, dynamic=False) if compile_model else \
             nerd_model.predict_last
-        self.mirror = None if mirror_signs is None else _mirror_tensors(signature, mirror_signs, self.act_dof_indices,
-                                                                        self.torch_device)
+        self.mirror = None
+        if mirror_signs is not None:
+            ones = torch.ones(1, signature.dof_q + signature.dof_qd, device=self.torch_device)
+            state_signs, act_signs = mirror_raw(signature, tuple(mirror_signs), ones,
+                                                ones[:, : len(self.act_dof_indices)], self.act_dof_indices)
+            self.mirror = (state_signs[0], act_signs[0])
         """(state signs (S,), torque signs (J,)) of the mirror option, or None."""
 
     def set_nan_check(self, enabled: bool) -> None:
@@ -247,18 +251,3 @@ class NeRDIntegrator(newton.solvers.SolverBase):
         warp_waits_for_torch(self.model.device)
         newton.eval_fk(self.model, state_out.joint_q, state_out.joint_qd, state_out)
 
-
-def _mirror_tensors(sig: RobotSignature, signs: Sequence[float], act_dof_indices: Sequence[int],
-                    device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """State signs (S,) and torque signs (J,) of a reflection given per joint DoF; refused where it is not one."""
-    if sig.floating_base or sig.states_frame != "world" or sig.contact_count or sig.dof_q != sig.dof_qd:
-        raise UserError(f"mirror: {sig.env_name} is not a fixed-base world-frame robot without contacts; the option "
-                        "covers those only")
-    if len(signs) != sig.dof_q or any(s not in (-1.0, 1.0) for s in signs):
-        raise UserError(f"mirror: {sig.env_name} needs one sign (+1 or -1) per joint DoF ({sig.dof_q}), got "
-                        f"{list(signs)}")
-    for index, lower, upper in sig.joint_limits:
-        if signs[index] < 0 and lower != -upper:
-            raise UserError(f"mirror: the limit [{lower:g}, {upper:g}] of joint coordinate {index} is not symmetric")
-    state = torch.tensor([*signs, *signs], dtype=torch.float32, device=device)
-    return state, state[list(act_dof_indices)].clone()

@@ -310,3 +310,29 @@ def test_controller_robot_records_actions_and_pd_torques_and_drops_a_diverged_en
     kp, kd = gains[:, 0, 0], gains[:, 1, 0]
     assert ((kp > 30 - 1e-3) & (kp < 200 + 1e-3)).all() and ((kd > -1e-3) & (kd < 1 + 1e-3)).all()
     assert kp.std() > 10  # redrawn, not one value
+
+
+def test_mirror_signs_add_each_trajectorys_mirror_image(tmp_path):
+    """With the Cartpole's reflection every trajectory is read twice, the second time mirrored: states, torques,
+    joint-limit inputs (the limits swap sides) and targets negated, window for window; a robot with contacts
+    refuses it."""
+    from nerd.envs.cartpole import RAIL_LIMIT, Cartpole
+
+    # Starts near a rail stop, moving into it: the limit groups are not all zero.
+    path = generate_dataset(GenerationConfig("Cartpole", 160, trajectory_length=40, num_envs=4, seed=1,
+                                             initial_states="limits"), tmp_path / "cartpole.hdf5", progress=False).path
+    limits = ((0, -RAIL_LIMIT, RAIL_LIMIT),)
+    plain = TrajectoryWindows(path, 4, joint_limits=limits, joint_limit_lookahead=True)
+    both = TrajectoryWindows(path, 4, joint_limits=limits, joint_limit_lookahead=True,
+                             mirror_signs=Cartpole.mirror_joint_signs)
+    assert both.num_trajectories == 2 * plain.num_trajectories and len(both) == 2 * len(plain)
+    assert plain.inputs["joint_limits"].abs().sum() > 0 and plain.inputs["joint_limit_lookahead"].abs().sum() > 0
+    for name, value in plain.inputs.items():
+        torch.testing.assert_close(both.inputs[name][:4], value)
+        torch.testing.assert_close(both.inputs[name][4:], -value)
+    torch.testing.assert_close(both.targets[4:], -plain.targets)
+    assert plain.targets.abs().max() > 0
+    pendulum = generate_dataset(GenerationConfig("PendulumWithContact", 24, trajectory_length=12, num_envs=2, seed=1),
+                                tmp_path / "pendulum.hdf5", progress=False).path
+    with pytest.raises(UserError, match="not a fixed-base world-frame robot without contacts"):
+        TrajectoryWindows(pendulum, 4, mirror_signs=(-1.0, -1.0))

@@ -689,3 +689,30 @@ def test_joint_limit_inputs_train_from_a_release_input_model(tmp_path, monkeypat
     with pytest.raises(UserError, match="needs newton"):  # a checkpoint that reads no limits cannot supply them
         train(engine_free, tmp_path / "no_engine_plain", seed=0, init_from=tmp_path / "plain/nn/last.pt",
               progress=False)
+
+
+def test_mirror_data_trains_on_twice_the_windows_and_is_refused_without_a_reflection(tmp_path, monkeypatch):
+    """mirror_data (ours) adds each training trajectory's mirror image (the validation data stays as recorded);
+    a robot that declares no reflection is a one-line error."""
+    for split, seed, n in (("train", 0, 300), ("valid", 1, 300)):
+        generate_dataset(GenerationConfig("Cartpole", n, trajectory_length=30, num_envs=10, seed=seed),
+                         tmp_path / f"{split}.hdf5", progress=False)
+    cfg = from_dict(TrainConfig, {
+        "env_name": "Cartpole", "model": TINY_MODEL, "num_epochs": 1, "batches_per_epoch": 4, "batch_size": 16,
+        "valid_batches": 2, "rollout_eval": {"num_envs": 2, "horizon": 5}, "mirror_data": True,
+        "dataset": {"train": str(tmp_path / "train.hdf5"), "valid": str(tmp_path / "valid.hdf5")},
+    })
+    seen = []
+    original = training.TrajectoryWindows
+
+    def recording(*args, **kwargs):
+        seen.append(original(*args, **kwargs))
+        return seen[-1]
+
+    monkeypatch.setattr(training, "TrajectoryWindows", recording)
+    train(cfg, tmp_path / "run", seed=0, progress=False)
+    train_data, valid_data = seen
+    assert train_data.num_trajectories == 20 and valid_data.num_trajectories == 10
+    assert (tmp_path / "run/nn/last.pt").is_file()
+    with pytest.raises(UserError, match="PendulumWithContact declares no reflection symmetry"):
+        train(dataclasses.replace(cfg, env_name="PendulumWithContact"), tmp_path / "pendulum", progress=False)
