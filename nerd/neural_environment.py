@@ -17,7 +17,7 @@ import torch
 from nerd.checkpoint import load_checkpoint
 from nerd.envs.environment import Environment
 from nerd.errors import UserError
-from nerd.features import JOINT_LIMIT_LOOKAHEAD, JOINT_LIMITS, signature_of_env
+from nerd.features import JOINT_LIMIT_LOOKAHEAD, JOINT_LIMITS, robot_mirror_signs, signature_of_env
 from nerd.integrator import NeRDEnsembleIntegrator, NeRDIntegrator
 from nerd.models.nerd_model import NeRDModel
 from nerd.modes import ENV_MODES, GROUND_TRUTH, NEURAL
@@ -52,9 +52,7 @@ class NeuralEnvironment:
         lengths = [history_length] * len(models) if isinstance(history_length, int) else list(history_length)
         if len(lengths) != len(models):
             raise UserError(f"{len(models)} NeRD models but {len(lengths)} history lengths")
-        if mirror and models and not env.mirror_joint_signs:
-            raise UserError(f"--mirror: {env.name} declares no reflection symmetry (Environment.mirror_joint_signs)")
-        mirrors = [None, env.mirror_joint_signs] if mirror and models else [None]
+        mirrors = [None, robot_mirror_signs(env.name)] if mirror and models else [None]
         members = [self._integrator(model, length, compile_model, signs)
                    for model, length in zip(models, lengths, strict=True) for signs in mirrors]
         self.integrator: NeRDIntegrator | NeRDEnsembleIntegrator | None = (

@@ -250,4 +250,3 @@ class NeRDIntegrator(newton.solvers.SolverBase):
         wp.to_torch(state_out.joint_qd).view(n, -1).copy_(next_states[:, dof_q:])
         warp_waits_for_torch(self.model.device)
         newton.eval_fk(self.model, state_out.joint_q, state_out.joint_qd, state_out)
-
