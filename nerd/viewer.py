@@ -348,8 +348,10 @@ def record(view_env, colors: Sequence[tuple[float, float, float]], steps: int, f
 def show_passive(env_name: str, model_path: str | Sequence[str] | None, env_mode: str, horizon: int, seed: int,
                  contact_config: int | None = None, device: str = "cpu", initial_states: str = "data",
                  mass_matrix_refresh: str | None = None, robot_variant: str | None = None,
-                 control_mode: str | None = None, **view_args) -> dict:
+                 control_mode: str | None = None, mirror: bool = False, **view_args) -> dict:
     """Passive motion (zero actions) of the ground truth and, in neural mode, NeRD next to it, from one initial state.
+
+    ``mirror``: NeRD with the mirror option (ours, :class:`~nerd.neural_environment.NeuralEnvironment`).
 
     The initial state is the one :func:`nerd.evaluation.evaluate_passive` draws first for ``seed`` with one env
     (same ``initial_states`` distribution). ``view_args`` go to :func:`record` (viewer, output_path, video,
@@ -372,7 +374,7 @@ def show_passive(env_name: str, model_path: str | Sequence[str] | None, env_mode
     sample = initial_state_sampler(robot, initial_states)
     sims, colors, labels = [ground_truth], [GROUND_TRUTH_COLOR], ["ground truth"]
     if env_mode == NEURAL:
-        sims.append(NeuralEnvironment.from_checkpoint(build(), model_path, env_mode=NEURAL))
+        sims.append(NeuralEnvironment.from_checkpoint(build(), model_path, env_mode=NEURAL, mirror=mirror))
         colors.append(NERD_COLOR)
         labels.append("NeRD")
     initial = sample(1, torch.Generator().manual_seed(seed))

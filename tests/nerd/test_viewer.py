@@ -87,6 +87,22 @@ def test_null_viewer_runs_the_side_by_side_rollout(tiny_cartpole_model, monkeypa
                                 monkeypatch=monkeypatch, capsys=capsys)
     assert code == 0, err
     assert "6 frames in" in out
+    # --mirror (ours) reaches the neural simulator that is shown.
+    from nerd.neural_environment import NeuralEnvironment
+
+    shown = []
+    load = NeuralEnvironment.from_checkpoint.__func__
+
+    def spy(cls, *args, **kwargs):
+        shown.append(load(cls, *args, **kwargs))
+        return shown[-1]
+
+    monkeypatch.setattr(NeuralEnvironment, "from_checkpoint", classmethod(spy))
+    code, out, err = run_script("eval/eval_passive_motion.py", "--env-name", "Cartpole", "--model-path",
+                                tiny_cartpole_model, "--rollout-horizon", "5", "--viewer", "null", "--mirror",
+                                monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 0, err
+    assert [member.mirror is not None for member in shown[0].integrator.members] == [False, True]
 
 
 @pytest.mark.parametrize("args,message", [
