@@ -344,7 +344,10 @@ def play_policy(cfg: RLConfig, checkpoint: str | Path, num_games: int, device: s
     vec_env = make_vec_env(cfg.env, device, seed)
     act = load_policy(cfg, checkpoint, vec_env.get_env_info(), device)
     result = evaluate_policy(vec_env, act, num_games, seed)
+    neural = cfg.env.env_mode == NEURAL
     return {"robot": cfg.env.robot, "task": cfg.env.task, "env_mode": cfg.env.env_mode,
+            "nerd_model_path": cfg.env.nerd_model_path if neural else None,
+            "nerd_mirror": neural and cfg.env.nerd_mirror,
             "checkpoint": str(checkpoint), "seed": seed, **result}
 
 

@@ -49,6 +49,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="simulator (default: the config's env.env_mode)")
     parser.add_argument("--nerd-model-path", nargs="+", default=None,
                         help="NeRD checkpoint (neural mode); several step as their ensemble (mean prediction)")
+    parser.add_argument("--nerd-mirror", action="store_true",
+                        help="our option (Cartpole): each NeRD model also steps the robot's mirror image and the "
+                             "two predictions are averaged (sets env.nerd_mirror)")
     parser.add_argument("--num-envs", type=int, default=None, help="parallel envs (default: the config's)")
     parser.add_argument("--max-epochs", type=int, default=None, help="PPO epochs (default: the config's)")
     parser.add_argument("--playback", default=None, metavar="CHECKPOINT", help="evaluate this rl-games checkpoint")
@@ -74,6 +77,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.nerd_model_path is not None:
         paths = args.nerd_model_path
         cfg.env.nerd_model_path = paths[0] if len(paths) == 1 else paths
+    if args.nerd_mirror:
+        cfg.env.nerd_mirror = True
     if args.robot_variant is not None:
         cfg.env.robot_variant = args.robot_variant
     if args.control_mode is not None:

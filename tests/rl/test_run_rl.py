@@ -110,6 +110,15 @@ def test_playback_in_an_ensemble_of_nerd_models(trained_policy, tiny_nerd_model,
         assert code == 0, err[-2000:]
         rewards[name] = json.loads(out.read_text())["episode_rewards"]
     assert rewards["ensemble"] != rewards["first"]
+    # --nerd-mirror (ours): the first model beside its mirror image, recorded in the playback's config
+    out = tmp_path / "mirror.json"
+    code, _, err = run_script("eval/run_rl.py", "--env-mode", "neural", "--nerd-model-path", tiny_nerd_model,
+                              "--nerd-mirror", "--playback", str(trained_policy / "nn" / "last.pth"), "--num-games",
+                              "4", "--num-envs", "4", "--output", str(out), monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 0, err[-2000:]
+    played = json.loads(out.read_text())
+    assert played["nerd_mirror"] is True and played["nerd_model_path"] == tiny_nerd_model
+    assert played["episode_rewards"] != rewards["first"]
     code, _, err = run_script("eval/run_rl.py", "--rl-cfg", CARTPOLE_CFG, "--env-mode", "neural", "--nerd-model-path",
                               tiny_nerd_model, str(tmp_path / "missing.pt"), "--max-epochs", "1", "--logdir",
                               str(tmp_path / "run"), monkeypatch=monkeypatch, capsys=capsys)
