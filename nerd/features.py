@@ -189,11 +189,12 @@ def robot_mirror_signs(env_name: str) -> tuple[float, ...]:
     return tuple(signs)
 
 
-def mirror_raw(sig: RobotSignature, signs: tuple[float, ...], states: Tensor, joint_acts: Tensor,
-               act_dof_indices: list[int] | None = None) -> tuple[Tensor, Tensor]:
-    """The mirror image of world states (..., 2 dof) and joint torques (..., J) under a reflection given per joint
-    DoF, for fixed-base world-frame robots without contacts (a UserError otherwise). Torques are the DoFs
-    ``act_dof_indices`` (default: all of them)."""
+def mirror_sign_tensors(sig: RobotSignature, signs: tuple[float, ...], act_dof_indices: list[int] | None = None,
+                        device: str | torch.device = "cpu") -> tuple[Tensor, Tensor]:
+    """A reflection given per joint DoF as the factors that mirror world states (2 dof,) and joint torques (J,), for
+    fixed-base world-frame robots without contacts (a UserError otherwise, or for a limit the reflection does not
+    map onto its twin). Torques are the DoFs ``act_dof_indices`` (default: all of them). Fixed-base world-frame
+    targets ``[Δq, Δq̇]`` mirror with the state factors."""
     if sig.floating_base or sig.states_frame != "world" or sig.contact_count or sig.dof_q != sig.dof_qd:
         raise UserError(f"mirror: {sig.env_name} is not a fixed-base world-frame robot without contacts; the option "
                         "covers those only")
@@ -203,9 +204,9 @@ def mirror_raw(sig: RobotSignature, signs: tuple[float, ...], states: Tensor, jo
     for index, lower, upper in sig.joint_limits:
         if signs[index] < 0 and lower != -upper:
             raise UserError(f"mirror: the limit [{lower:g}, {upper:g}] of joint coordinate {index} is not symmetric")
-    state_signs = torch.tensor([*signs, *signs], dtype=states.dtype, device=states.device)
+    state_signs = torch.tensor([*signs, *signs], dtype=torch.float32, device=device)
     act_signs = state_signs[: sig.dof_q] if act_dof_indices is None else state_signs[list(act_dof_indices)]
-    return states * state_signs, joint_acts * act_signs.to(joint_acts.dtype)
+    return state_signs, act_signs
 
 
 def active_contact_mask(depths: Tensor, thicknesses: Tensor) -> Tensor:

@@ -20,7 +20,7 @@ import h5py
 import torch
 
 from nerd.datasets.hdf5 import DatasetError, read_attrs
-from nerd.features import RobotSignature, build_inputs, build_targets, mirror_raw
+from nerd.features import RobotSignature, build_inputs, build_targets, mirror_sign_tensors
 
 _CONVERT_CHUNK = 1024  # trajectories converted at a time, to bound the temporary memory of the conversion
 
@@ -145,9 +145,9 @@ class TrajectoryWindows:
                                            f"(trajectories {start}..{stop - 1}); regenerate the dataset")
                 views = [(raw["states"], raw["next_states"], raw["joint_acts"])]
                 if self.mirror_signs:
-                    states, acts = mirror_raw(self.signature, self.mirror_signs, raw["states"], raw["joint_acts"])
-                    views.append((states, mirror_raw(self.signature, self.mirror_signs, raw["next_states"], acts)[0],
-                                  acts))
+                    state_signs, act_signs = mirror_sign_tensors(self.signature, self.mirror_signs)
+                    views.append((raw["states"] * state_signs, raw["next_states"] * state_signs,
+                                  raw["joint_acts"] * act_signs))
                 for states, next_states, acts in views:
                     groups, anchor = build_inputs(self.signature, states, raw["root_body_q"], acts, raw)
                     target = build_targets(self.signature, states, next_states, anchor)

@@ -35,7 +35,7 @@ import warp as wp
 from nerd.envs.contacts import contact_features
 from nerd.envs.environment import torch_waits_for_warp, warp_waits_for_torch
 from nerd.errors import RolloutDivergedError, UserError
-from nerd.features import RobotSignature, build_inputs, mirror_raw
+from nerd.features import RobotSignature, build_inputs, mirror_sign_tensors
 from nerd.models.nerd_model import NeRDModel
 from nerd.representation import integrate_target
 
@@ -117,12 +117,8 @@ class NeRDIntegrator(newton.solvers.SolverBase):
         """Envs per network call."""
         self._predict = torch.compile(nerd_model.predict_last, dynamic=False) if compile_model else \
             nerd_model.predict_last
-        self.mirror = None
-        if mirror_signs is not None:
-            ones = torch.ones(1, signature.dof_q + signature.dof_qd, device=self.torch_device)
-            state_signs, act_signs = mirror_raw(signature, tuple(mirror_signs), ones,
-                                                ones[:, : len(self.act_dof_indices)], self.act_dof_indices)
-            self.mirror = (state_signs[0], act_signs[0])
+        self.mirror = None if mirror_signs is None else mirror_sign_tensors(
+            signature, tuple(mirror_signs), self.act_dof_indices, self.torch_device)
         """(state signs (S,), torque signs (J,)) of the mirror option, or None."""
 
     def set_nan_check(self, enabled: bool) -> None:
@@ -210,7 +206,7 @@ class NeRDIntegrator(newton.solvers.SolverBase):
     def predict_targets(self) -> torch.Tensor:
         """De-normalised relative targets (N, P) from the current histories (each needs one token at least)."""
         targets = self._predict(self._tokens, self.history_count - 1, self.chunk_envs)
-        # Fixed-base world-frame targets are [Δq, Δq̇]: the mirror maps them with the states' signs.
+        # Fixed-base world-frame targets are [Δq, Δq̇]: they mirror with the states' factors.
         return targets if self.mirror is None else targets * self.mirror[0]
 
     # ----------------------------------------------------------------------------------------------
