@@ -9,7 +9,8 @@ captured frame graph and no NeRD model attached.
 
 Neural models: the shipped checkpoint where there is one (``pretrained_models/NeRD_models/<robot>/model.pt``),
 otherwise a randomly initialised model of the robot's CPU training config (``cfg/train/<robot>/cpu.yaml``;
-throughput does not depend on the weights).
+throughput does not depend on the weights). ``--model-path A B ...`` times your checkpoints of one robot instead,
+side by side: one row per model, their samples alternating with the same ground-truth and matmul samples.
 
 FLOP floor: the model's FLOPs per env-step (torch's FlopCounterMode on the integrator's per-step prediction:
 matmuls and attention) and the machine's float32 matmul rate (``--matmul-size``, default 1024 x 1024; on a GPU
@@ -24,6 +25,8 @@ Example:
     python bench/bench_rl.py            # every robot at N = 64, 512, 2048
     python bench/bench_rl.py --quick    # small sizes and tiny models, about a minute
     python bench/bench_rl.py --robots Anymal --output bench/results/rl_anymal.json   # one robot
+    python bench/bench_rl.py --robots Cartpole --model-path runs/a/nn/best.pt runs/b/nn/best.pt \
+        --output bench/results/rl_cartpole_heads.json   # two trained models, side by side
 """
 
 import argparse
@@ -38,6 +41,7 @@ from nerd.checkpoint import shipped_model_path
 from nerd.cli import resolve_device, run_main
 from nerd.config import load_config
 from nerd.envs import make_env
+from nerd.errors import UserError
 from nerd.features import signature_of_env
 from nerd.models import ModelConfig
 from nerd.models.nerd_model import NeRDModel
@@ -73,12 +77,17 @@ class PassiveStepper:
         self.nenv.step_with_joint_act(torques)
 
 
-def build_stepper(robot: str, num_envs: int, mode: str, quick: bool, device: str) -> tuple[object, str]:
-    """The vec env (or passive stepper) of ``robot`` in ``mode`` and a description of its neural model."""
+def build_stepper(robot: str, num_envs: int, mode: str, quick: bool, device: str,
+                  model_path: str | None = None) -> tuple[object, str]:
+    """The vec env (or passive stepper) of ``robot`` in ``mode`` and a description of its neural model
+    (``model_path``: a checkpoint to time instead of the shipped model)."""
     env = make_env(robot, num_envs, device=device)
     desc = ""
     if mode == GROUND_TRUTH:
         nenv = NeuralEnvironment(env, None, GROUND_TRUTH)
+    elif model_path is not None:
+        nenv = NeuralEnvironment.from_checkpoint(env, model_path, NEURAL)
+        desc = str(model_path)
     elif not quick and robot in SHIPPED:
         nenv = NeuralEnvironment.from_checkpoint(env, SHIPPED[robot], NEURAL)
         desc = f"shipped {SHIPPED[robot].relative_to(REPO)}"
@@ -145,7 +154,12 @@ def main() -> None:
     parser.add_argument("--output", default=None, help="results JSON (default: bench/results/rl.json)")
     parser.add_argument("--matmul-size", type=int, default=1024,
                         help="side of the float32 matmul that defines the floor (default 1024; 8192 on a GPU)")
+    parser.add_argument("--model-path", nargs="+", default=None,
+                        help="checkpoints of one robot (name it with --robots) to time instead of its shipped model; "
+                             "several are timed side by side, their samples alternating with the ground truth's")
     args = parser.parse_args()
+    if args.model_path and (len(args.robots) != 1 or args.quick):
+        raise UserError("--model-path times checkpoints of one robot: name it with --robots, without --quick")
     torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     counts = args.num_envs or ((16, 64) if args.quick else (64, 512, 2048))
@@ -158,20 +172,21 @@ def main() -> None:
                "rows": []}
     for robot in args.robots:
         for n in counts:
-            steppers = {}
-            for mode in (GROUND_TRUTH, NEURAL):
-                steppers[mode], desc = build_stepper(robot, n, mode, args.quick, device)
+            steppers, descs = {GROUND_TRUTH: build_stepper(robot, n, GROUND_TRUTH, args.quick, device)[0]}, {}
+            for i, path in enumerate(args.model_path or [None]):
+                steppers[f"{NEURAL}:{i}"], descs[i] = build_stepper(robot, n, NEURAL, args.quick, device, path)
             # The cube has no actuators: its passive stepping has no torques to draw.
-            passive = "passive (random torques)" if getattr(steppers[NEURAL], "action_dim", 1) else "passive"
-            row = {"robot": robot, "task": TASKS.get(robot, passive), "num_envs": n}
-            row["neural_model"], row["flops_per_env_step"] = desc, flops_per_env_step(steppers[NEURAL])
+            passive = "passive (random torques)" if getattr(steppers[GROUND_TRUTH], "action_dim", 1) else "passive"
+            flops = {i: flops_per_env_step(steppers[f"{NEURAL}:{i}"]) for i in descs}
             rates = row_rates(steppers, seconds, args.repeats, device, args.matmul_size)
-            row["matmul_flops_per_s"] = rates.pop("matmul")
-            row.update(rates)
             del steppers
-            results["rows"].append(row)
-            print(f"{robot:<19} N={n:<5} ground truth {row[GROUND_TRUTH]['best']:>11,.0f}  "
-                  f"neural {row[NEURAL]['best']:>11,.0f} env-steps/s", flush=True)
+            for i, desc in descs.items():
+                row = {"robot": robot, "task": TASKS.get(robot, passive), "num_envs": n, "neural_model": desc,
+                       "flops_per_env_step": flops[i], "matmul_flops_per_s": rates["matmul"],
+                       GROUND_TRUTH: rates[GROUND_TRUTH], NEURAL: rates[f"{NEURAL}:{i}"]}
+                results["rows"].append(row)
+                print(f"{robot:<19} N={n:<5} ground truth {row[GROUND_TRUTH]['best']:>11,.0f}  "
+                      f"neural {row[NEURAL]['best']:>11,.0f} env-steps/s  {desc}", flush=True)
     results["matmul_flops_per_s_alone"] = {"before": rate, "after": matmul_rate(device, size=args.matmul_size,
                                                                                 repeats=args.repeats)}
     for row in results["rows"]:
