@@ -88,7 +88,7 @@ def shutdown(completed: bool = True) -> None:
     ``Py_FinalizeEx``. So after a completed run every rank first waits for the others (a rank that left while
     rank 0 still wrote checkpoints aborted about one run in three after its last DDP all-reduce), leaves the
     group, and then sleeps ``GLOO_RELEASE_SECONDS`` with the GIL released so that the workers can drop that
-    barrier's work while the interpreter is whole (without the pause, about 1 launch in 50 of a loaded 2-core
+    barrier's work while the interpreter is whole (without the pause, about 1 launch in 60 of a loaded 2-core
     machine aborted). After a failure (``completed=False``) no rank waits, since the failed rank's peers may
     never reach the barrier; torchrun stops them.
     """
