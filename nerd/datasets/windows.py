@@ -106,6 +106,8 @@ class TrajectoryWindows:
                                    ) from err
             if file == files[0]:
                 self.signature = signature
+                # The parts are checked compatible with the first file, so its reflection factors serve them all.
+                self._mirror = mirror_sign_tensors(signature, self.mirror_signs) if self.mirror_signs else None
                 length = int(attrs["trajectory_length"])
                 if history > length:
                     raise DatasetError(f"{file}: history {history} is longer than its trajectories ({length} steps)")
@@ -144,8 +146,8 @@ class TrajectoryWindows:
                         raise DatasetError(f"{path}: field '{name}' holds {bad} non-finite values "
                                            f"(trajectories {start}..{stop - 1}); regenerate the dataset")
                 views = [(raw["states"], raw["next_states"], raw["joint_acts"])]
-                if self.mirror_signs:
-                    state_signs, act_signs = mirror_sign_tensors(self.signature, self.mirror_signs)
+                if self._mirror is not None:
+                    state_signs, act_signs = self._mirror
                     views.append((raw["states"] * state_signs, raw["next_states"] * state_signs,
                                   raw["joint_acts"] * act_signs))
                 for states, next_states, acts in views:
