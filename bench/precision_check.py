@@ -74,16 +74,15 @@ def with_precision(model: NeRDModel, variant: str) -> NeRDModel:
 
 
 def neural_environments(env_name: str, path: str, num_envs: int, device: str) -> dict[str, NeuralEnvironment]:
-    """One neural environment of ``num_envs`` envs per variant, all on the same checkpoint."""
-    envs = {}
-    for variant in VARIANTS:
-        env = make_env(env_name, num_envs, device=device)
-        model, signature, payload = load_checkpoint(path, device=env.torch_device)
-        signature.check_compatible(signature_of_env(env, joint_limit_inputs=bool(signature.joint_limits),
-                                                    joint_limit_lookahead=bool(signature.joint_limit_lookahead)))
-        envs[variant] = NeuralEnvironment(env, [with_precision(model, variant)], NEURAL,
-                                          history_length=[payload["history_length"]])
-    return envs
+    """One neural environment of ``num_envs`` envs per variant, all on the same checkpoint (loaded and checked
+    against the robot once)."""
+    envs = {variant: make_env(env_name, num_envs, device=device) for variant in VARIANTS}
+    model, signature, payload = load_checkpoint(path, device=envs["float32"].torch_device)
+    signature.check_compatible(signature_of_env(envs["float32"], joint_limit_inputs=bool(signature.joint_limits),
+                                                joint_limit_lookahead=bool(signature.joint_limit_lookahead)))
+    return {variant: NeuralEnvironment(env, [with_precision(model, variant)], NEURAL,
+                                       history_length=[payload["history_length"]])
+            for variant, env in envs.items()}
 
 
 def step_speeds(envs: dict[str, NeuralEnvironment], seconds: float, repeats: int, device: str,
