@@ -43,6 +43,7 @@ console_scripts = [
     "nerd-eval=nerd.scripts.eval_passive:cli",
     "nerd-rl=nerd.scripts.rl:cli",
     "nerd-batch-eval=nerd.scripts.batch_eval:cli",
+    "nerd-transfer=nerd.scripts.transfer:cli",
 ]
 
 setup(

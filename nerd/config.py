@@ -38,6 +38,10 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
+        options = [option for option in args if option is not type(None)]
+        if len(options) == 1:
+            # An optional value: the one type's own error names the key inside it (e.g. a section's field).
+            return _coerce(value, options[0], key)
         for option in args:
             if option is type(None):
                 continue

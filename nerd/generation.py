@@ -15,6 +15,7 @@ import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import newton
 import numpy as np
@@ -134,7 +135,26 @@ class GenerationSummary:
         return self.num_transitions / max(self.seconds, 1e-9)
 
 
-def _field_shapes(env) -> dict[str, tuple[int, ...]]:
+def dataset_attrs(env) -> dict[str, Any]:
+    """The file attributes that describe ``env``'s robot and simulator in every dataset of it: the robot signature
+    (what a model trained on the file is checked against, written from this one place), the engine versions, the
+    solver settings and the names of the state and torque coordinates."""
+    return {
+        **signature_of_env(env).to_dict(), "state_dim": env.state_dim,
+        "engine": "newton", "newton_version": newton.__version__, "warp_version": wp.config.version,
+        "solver": env.solver_name, "mass_matrix_refresh": env.mass_matrix_refresh,
+        "contact_friction": env.contact_friction, "frame_dt": env.frame_dt, "sim_substeps": env.sim_substeps,
+        "state_names": env.state_names(), "joint_act_names": env.joint_act_names(),
+    }
+
+
+def gravity_directions(env, n: int) -> torch.Tensor:
+    """(n, 3) unit gravity direction of ``env``'s world, zero for a robot simulated without gravity (Franka)."""
+    return torch.tensor([0.0, 0.0, math.copysign(1.0, env.gravity) if env.gravity else 0.0],
+                        device=env.torch_device).expand(n, 3)
+
+
+def dataset_field_shapes(env) -> dict[str, tuple[int, ...]]:
     """Per-step shape of every dataset field for ``env``'s robot (``actions`` where a controller sits between)."""
     c = env.contact_count
     shapes = {
@@ -158,7 +178,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
     num_envs = min(cfg.num_envs, num_trajectories)
     n, T = num_envs, cfg.trajectory_length
     # Sizes first, from a one-env copy of the robot, so that a 10^9-sized request is refused before it allocates.
-    field_shapes = _field_shapes(make_env(cfg.env_name, 1, contact_config=cfg.contact_config,
+    field_shapes = dataset_field_shapes(make_env(cfg.env_name, 1, contact_config=cfg.contact_config,
                                           robot_variant=cfg.robot_variant))
     row_bytes = 4 * sum(math.prod(shape) for shape in field_shapes.values())  # float32, one transition
     check_memory(3 * n * T * row_bytes, f"generating with {n} envs x {T} steps", device,
@@ -183,21 +203,13 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
     sample_states = initial_state_sampler(env, cfg.initial_states)
     # The robot signature is what a model trained on the file is checked against; it is written from one place.
     attrs = {
-        **signature_of_env(env).to_dict(), "state_dim": env.state_dim,
-        "engine": "newton", "newton_version": newton.__version__, "warp_version": wp.config.version,
-        "solver": env.solver_name, "mass_matrix_refresh": env.mass_matrix_refresh,
-        "contact_friction": env.contact_friction, "frame_dt": env.frame_dt,
-        "sim_substeps": env.sim_substeps,
-        "trajectory_length": T, "seed": cfg.seed, "generator_settings": asdict(cfg),
+        **dataset_attrs(env), "trajectory_length": T, "seed": cfg.seed, "generator_settings": asdict(cfg),
         "random_ground_planes": random_planes, "torque_scale": "" if cfg.passive else cfg.torque_scale,
         "torque_hold_frames": cfg.torque_hold_frames, "initial_states": cfg.initial_states,
         "ground_plane_rule": (cfg.ground_planes or env.ground_plane_rules[0]) if random_planes else "",
-        "state_names": env.state_names(), "joint_act_names": env.joint_act_names(),
     }
     buffers = {name: torch.empty(T, n, *shape, device=env.torch_device) for name, shape in field_shapes.items()}
-    # Unit gravity direction, zero for a robot simulated without gravity (Franka).
-    gravity = torch.tensor([0.0, 0.0, math.copysign(1.0, env.gravity) if env.gravity else 0.0],
-                           device=env.torch_device).expand(n, 3)
+    gravity = gravity_directions(env, n)
     writer = TrajectoryWriter(path, field_shapes, T, attrs, compression=cfg.compression)
     kept = dropped = 0
     start = time.perf_counter()
@@ -214,7 +226,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
                     env.set_ground_planes(normals, points)
                 torque_noise = _TorqueNoise(env, cfg, n, generator)
                 for t in range(T):
-                    _record_step(env, buffers, t, gravity, None if t == 0 else buffers["next_states"][t - 1])
+                    record_frame_inputs(env, buffers, t, gravity, None if t == 0 else buffers["next_states"][t - 1])
                     if env.random_control == "actions":
                         # Random actions through the robot's controller (randomised per frame); record both.
                         if not cfg.passive:
@@ -236,7 +248,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
                     buffers["next_states"][t] = env.get_states()
                     bar.update(n)
                 batch = {name: buf.transpose(0, 1).cpu().numpy() for name, buf in buffers.items()}
-                finite = _finite_trajectories(batch)
+                finite = finite_trajectories(batch)
                 dropped += int((~finite).sum())
                 keep = np.flatnonzero(finite)[: num_trajectories - kept]
                 if len(keep) == 0:
@@ -295,8 +307,9 @@ def _check_robot_option(flag: str, value: str | None, names: tuple[str, ...], ha
         raise UserError(f"{flag} {value}: " + (f"{has} {', '.join(names)}" if names else has_none))
 
 
-def _record_step(env, buffers: dict[str, torch.Tensor], t: int, gravity: torch.Tensor,
-                 states: torch.Tensor | None) -> None:
+def record_frame_inputs(env, buffers: dict[str, torch.Tensor], t: int, gravity: torch.Tensor,
+                        states: torch.Tensor | None) -> None:
+    """Write frame ``t``'s state, anchor pose, gravity and contacts of every env into ``buffers`` (T, n, ...)."""
     # The state at step t is the previous step's next state; read it from the simulator only at t = 0.
     buffers["states"][t] = env.get_states() if states is None else states
     buffers["root_body_q"][t] = env.get_root_body_q()
@@ -306,7 +319,7 @@ def _record_step(env, buffers: dict[str, torch.Tensor], t: int, gravity: torch.T
             buffers[name][t] = value
 
 
-def _finite_trajectories(batch: dict[str, np.ndarray]) -> np.ndarray:
+def finite_trajectories(batch: dict[str, np.ndarray]) -> np.ndarray:
     """(n,) mask of trajectories whose states stay finite and below the divergence threshold."""
     ok = np.ones(batch["states"].shape[0], dtype=bool)
     for name in ("states", "next_states"):

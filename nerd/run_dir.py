@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from nerd.errors import UserError
+
 
 def write_text_atomic(path: str | Path, text: str) -> Path:
     """Write ``text`` to ``path`` through a temporary file and a rename, so no reader sees half a file."""
@@ -122,3 +124,33 @@ def clear_run_dir(logdir: str | Path, entries: Iterable[str]) -> None:
             path.unlink()
     for events in logdir.glob("events.out.tfevents.*"):
         events.unlink()
+
+
+class ExclusiveLock:
+    """An advisory lock file held for the life of a writer (released by the OS if the process dies).
+
+    Args:
+        path: The lock file (created; removed on :meth:`release`).
+        busy: The error message when another process holds the lock.
+        error: The error class raised then.
+    """
+
+    def __init__(self, path: str | Path, busy: str, error: type[UserError] = UserError):
+        import fcntl
+
+        self.path = Path(path)
+        self._fd: int | None = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._fd)
+            self._fd = None
+            raise error(busy) from None
+
+    def release(self) -> None:
+        """Remove the lock file and release the lock (idempotent)."""
+        if self._fd is None:
+            return
+        self.path.unlink(missing_ok=True)
+        os.close(self._fd)
+        self._fd = None

@@ -18,6 +18,7 @@ import h5py
 import numpy as np
 
 from nerd.errors import UserError
+from nerd.run_dir import ExclusiveLock
 
 TRAJECTORY_FIELDS = (
     "states",
@@ -59,7 +60,9 @@ class TrajectoryWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # The lock is taken before the partial file is opened: a second writer of the same output must fail
         # without truncating the first one's work.
-        self._lock = _ExclusiveLock(self.path.with_name(self.path.name + ".lock"))
+        self._lock = ExclusiveLock(self.path.with_name(self.path.name + ".lock"),
+                                   f"another process is writing {self.path}; wait for it or choose another output",
+                                   DatasetError)
         try:
             self._file = h5py.File(self.partial_path, "w")
         except BaseException:
@@ -122,31 +125,6 @@ class TrajectoryWriter:
         finally:
             self.partial_path.unlink(missing_ok=True)
             self._lock.release()
-
-
-class _ExclusiveLock:
-    """An advisory lock file held for the life of a writer (released by the OS if the process dies)."""
-
-    def __init__(self, path: Path):
-        import fcntl
-
-        self.path = path
-        self._fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._fd)
-            self._fd = None
-            raise DatasetError(f"another process is writing {path.with_suffix('')}; wait for it or choose another "
-                               "output") from None
-
-    def release(self) -> None:
-        """Remove the lock file and release the lock (idempotent)."""
-        if self._fd is None:
-            return
-        self.path.unlink(missing_ok=True)
-        os.close(self._fd)
-        self._fd = None
 
 
 def read_attrs(path: str | Path) -> dict[str, Any]:

@@ -10,7 +10,6 @@ whose episodes all diverge fails the evaluation (:func:`nerd.rl.runner.evaluate_
 
 from __future__ import annotations
 
-import copy
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,7 +82,7 @@ def batch_evaluate(cfg: PolicyEvalConfig, device: str = "cpu", progress: bool = 
         rl_cfg.env.episode_length = cfg.episode_length
     env_cfgs = {}
     for simulator in dict.fromkeys(cfg.simulators):
-        env_cfg = copy.deepcopy(rl_cfg.env)
+        env_cfg = rl_cfg.env.for_evaluation()  # the task's own reward, without a training-time penalty
         env_cfg.env_mode = simulator
         check_env_config(env_cfg)
         env_cfgs[simulator] = env_cfg

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import copy
 import difflib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from nerd.config import ConfigError, load_config, to_dict
+from nerd.config import ConfigError, check_range, load_config, to_dict
 from nerd.distributed import device_for_rank, rank_from_env
 from nerd.errors import UserError
 from nerd.modes import NEURAL, EnvMode
@@ -88,9 +88,31 @@ class RLEnvConfig:
     """Controller of robots that offer several (Franka: ``"torque"`` or ``"position"``, the joint-position PD,
     which also holds each action for 2 frames; Anymal: ``"position"`` or ``"torque"``); None for the robot's
     default."""
+    disagreement_penalty: float = 0.0
+    """Our option, for an ensemble (several ``nerd_model_path`` or ``nerd_mirror``): subtract this times the
+    members' disagreement (:attr:`~nerd.integrator.NeRDEnsembleIntegrator.disagreement`, the largest over the frames
+    of a policy step) from every reward in neural mode, so that PPO does not seek the states the models disagree
+    on, where it would exploit their errors (the penalty of model-based offline RL, MOPO). 0: off. Playback and batch
+    evaluation report the task's reward without it."""
+    disagreement_cutoff: float | None = None
+    """Our option, for an ensemble: end an episode (as a termination) once the members' disagreement exceeds this,
+    in neural mode (MOReL's cut of unknown states). None: off; playback and batch evaluation ignore it."""
     compile_nerd_model: bool = False
     """Run the NeRD model's per-step prediction through ``torch.compile`` (our option: 1.3x faster on the
     project's CPU after about a minute of compilation, docs/results.md)."""
+
+    def __post_init__(self) -> None:
+        check_range("disagreement_penalty", self.disagreement_penalty, low=0)
+        check_range("disagreement_cutoff", self.disagreement_cutoff, low=0, low_open=True)
+
+    @property
+    def uses_disagreement(self) -> bool:
+        """Whether the disagreement penalty or cutoff is on."""
+        return self.disagreement_penalty > 0 or self.disagreement_cutoff is not None
+
+    def for_evaluation(self) -> RLEnvConfig:
+        """A copy that reports the task's own reward: no disagreement penalty, no cutoff."""
+        return replace(self, disagreement_penalty=0.0, disagreement_cutoff=None)
 
 
 @dataclass

@@ -116,8 +116,14 @@ def _seed_everything(seed: int) -> None:
 
 
 def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: int = 0,
-                 max_epochs: int | None = None, progress: bool = True, overwrite: bool = False) -> dict[str, Any]:
+                 max_epochs: int | None = None, progress: bool = True, overwrite: bool = False,
+                 init_from: str | Path | None = None) -> dict[str, Any]:
     """Train a PPO policy on ``cfg``'s task; returns a summary (checkpoint paths, per-epoch rewards, time).
+
+    ``init_from`` continues the training of an rl-games checkpoint of the same network in a new run directory:
+    its weights, input and value normalisation, optimiser, epoch and frame count are restored, so ``max_epochs``
+    counts the epochs of the whole training, the checkpoint's included (the transfer loop's rounds, each in
+    another NeRD model).
 
     A previous run in ``logdir`` is refused unless ``overwrite``, and replaced only once the new run has
     started (:func:`nerd.run_dir.new_run_dir`). rl-games' own prints are silenced (``NERD_VERBOSE_RL=1`` keeps
@@ -154,6 +160,8 @@ def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: i
             # The agent is built directly rather than through Runner.run(), which would torch.compile the model
             # (minutes of compilation on a CPU) and gives no handle on the agent for the final save.
             agent = runner.algo_factory.create(runner.algo_name, base_name="run", params=runner.params)
+            if init_from is not None:
+                agent.set_full_state_weights(load_rl_games_checkpoint(init_from, device), set_epoch=True)
             if main_rank:
                 agent.writer.add_text("config", "```\n" + yaml.safe_dump(resolved, sort_keys=False) + "\n```")
             started = time.perf_counter()
@@ -214,15 +222,19 @@ def _unpickling_reason(err: Exception) -> str:
 
 
 class Policy:
-    """The deterministic policy of an rl-games player: observations (N, obs_dim) -> actions (N, A) in [-1, 1].
+    """The policy of an rl-games player: observations (N, obs_dim) -> actions (N, A).
+
+    Deterministic (the Gaussian's mean, in [-1, 1]) unless ``stochastic``: then actions are sampled with the
+    policy's own exploration noise, as in training (the vec env clamps them to [-1, 1]).
 
     A recurrent network (the Franka configs' LSTM) carries one hidden state per env from call to call, as in
     training; :meth:`reset` zeroes it when new episodes start. Without that, rl-games' player hands the network no
     state and a recurrent policy would act from a fresh zero state at every step.
     """
 
-    def __init__(self, player) -> None:
+    def __init__(self, player, stochastic: bool = False) -> None:
         self._player = player
+        self.stochastic = stochastic
 
     @property
     def recurrent(self) -> bool:
@@ -238,11 +250,12 @@ class Policy:
         if player.is_rnn and (player.states is None or player.states[0].shape[1] != obs.shape[0]):
             player.batch_size = obs.shape[0]
             player.init_rnn()
-        return player.get_action(obs.to(player.device), is_deterministic=True)
+        return player.get_action(obs.to(player.device), is_deterministic=not self.stochastic)
 
 
-def load_policy(cfg: RLConfig, checkpoint: str | Path, env_info: dict, device: str = "cpu") -> Policy:
-    """The deterministic policy of an rl-games checkpoint (:class:`Policy`).
+def load_policy(cfg: RLConfig, checkpoint: str | Path, env_info: dict, device: str = "cpu",
+                stochastic: bool = False) -> Policy:
+    """The policy of an rl-games checkpoint (:class:`Policy`; deterministic unless ``stochastic``).
 
     The network is rebuilt from ``cfg.params`` (it must match the one that was trained).
     """
@@ -266,7 +279,7 @@ def load_policy(cfg: RLConfig, checkpoint: str | Path, env_info: dict, device: s
         raise UserError(f"{checkpoint} does not match the network of the RL config "
                          f"({first_line(err)})") from err
     player.has_batch_dimension = True
-    return Policy(player)
+    return Policy(player, stochastic)
 
 
 @torch.no_grad()
@@ -340,6 +353,7 @@ def play_policy(cfg: RLConfig, checkpoint: str | Path, num_games: int, device: s
     ``num_envs`` (default: the config's) is capped at ``num_games``: every env plays one episode per batch.
     """
     cfg = copy.deepcopy(cfg)
+    cfg.env = cfg.env.for_evaluation()
     cfg.env.num_envs = min(cfg.env.num_envs if num_envs is None else num_envs, num_games)
     vec_env = make_vec_env(cfg.env, device, seed)
     act = load_policy(cfg, checkpoint, vec_env.get_env_info(), device)
@@ -365,6 +379,7 @@ def show_policy(cfg: RLConfig, checkpoint: str | Path, device: str = "cpu", seed
     from nerd.viewer import GROUND_TRUTH_COLOR, NERD_COLOR, record
 
     cfg = copy.deepcopy(cfg)
+    cfg.env = cfg.env.for_evaluation()
     cfg.env.num_envs = 1
     modes = [GROUND_TRUTH] + ([NEURAL] if cfg.env.nerd_model_path else [])
     vec_envs = []

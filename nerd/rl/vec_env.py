@@ -26,6 +26,7 @@ from rl_games.common.ivecenv import IVecEnv
 from nerd.config import from_dict
 from nerd.envs import make_env
 from nerd.errors import UserError
+from nerd.integrator import NeRDEnsembleIntegrator
 from nerd.modes import GROUND_TRUTH, NEURAL
 from nerd.neural_environment import NeuralEnvironment
 from nerd.rl.config import RL_GAMES_ENV_NAME, RL_GAMES_VECENV_TYPE, RLEnvConfig
@@ -43,9 +44,14 @@ class NeRDVecEnv(IVecEnv):
         task: The task, built for ``nenv.num_envs`` envs.
         episode_length: Steps before a time-out; None for the task's own.
         seed: Seed of the reset distribution (and of per-episode task parameters).
+        disagreement_penalty: In neural mode with an ensemble, subtract this times the members' disagreement
+            (largest over the step's frames) from the reward, as the reward term ``disagreement`` (our option).
+        disagreement_cutoff: In neural mode with an ensemble, terminate an episode whose disagreement exceeds
+            this (our option); None: never.
     """
 
-    def __init__(self, nenv: NeuralEnvironment, task: Task, episode_length: int | None = None, seed: int = 0):
+    def __init__(self, nenv: NeuralEnvironment, task: Task, episode_length: int | None = None, seed: int = 0,
+                 disagreement_penalty: float = 0.0, disagreement_cutoff: float | None = None):
         if task.robot != nenv.name:
             raise ValueError(f"task '{task.name}' is for {task.robot}, but the environment is {nenv.name}")
         if task.num_envs != nenv.num_envs:
@@ -66,6 +72,12 @@ class NeRDVecEnv(IVecEnv):
         """(N,) steps taken in each env's current episode."""
         self.last_actions = torch.zeros(self.num_envs, nenv.action_dim, device=self.device)
         """(N, A) actions of the last step (zero after a reset), clamped to [-1, 1]."""
+        self.disagreement_penalty = disagreement_penalty
+        self.disagreement_cutoff = disagreement_cutoff
+        if (disagreement_penalty > 0 or disagreement_cutoff is not None) and nenv.env_mode == NEURAL \
+                and not isinstance(nenv.integrator, NeRDEnsembleIntegrator):
+            raise UserError("the disagreement penalty and cutoff need an ensemble: give several NeRD models "
+                            "(nerd_model_path) or nerd_mirror")
 
     # ----------------------------------------------------------------------------------------------
     # rl-games interface
@@ -93,12 +105,14 @@ class NeRDVecEnv(IVecEnv):
         # Start-of-frame contact depths, read before stepping (the release's termination sees them one frame stale).
         depths = self.nenv.get_contacts()["contact_depths"] if self.task.needs_contact_depths else None
         self.nenv.step(actions, check_finite=False)  # checked below, in the step's one host synchronisation
+        disagreement = self._disagreement(None)
         for _ in range(self.nenv.control_steps - 1):
             # A controller that reads the state (PD) turns a diverged neural state into NaN torques, which the
             # simulator refuses; that env's episode ends below anyway, so it gets zero torques meanwhile (finite by
             # construction, so no check and no host synchronisation).
             self.nenv.step_with_joint_act(torch.nan_to_num(self.nenv.compute_torques(actions), 0.0, 0.0, 0.0),
                                           check_finite=False)
+            disagreement = self._disagreement(disagreement)
         joint_acts = self.nenv.joint_acts
         states = self.nenv.get_states()
         self.progress += 1
@@ -107,8 +121,15 @@ class NeRDVecEnv(IVecEnv):
         zero = torch.zeros((), device=self.device)
         terms = {name: torch.where(finite, value, zero)
                  for name, value in self.task.reward_terms(states, actions, joint_acts).items()}
-        rewards = torch.stack(list(terms.values())).sum(dim=0)
         terminated = self.task.terminations(states, depths) | ~finite
+        if disagreement is not None:
+            # A diverged env's disagreement may be NaN; its reward is 0 like every other term's.
+            disagreement = torch.where(finite, disagreement, zero)
+            if self.disagreement_penalty > 0:
+                terms["disagreement"] = -self.disagreement_penalty * disagreement
+            if self.disagreement_cutoff is not None:
+                terminated = terminated | (disagreement > self.disagreement_cutoff)
+        rewards = torch.stack(list(terms.values())).sum(dim=0)
         time_outs = (self.progress >= self.episode_length) & ~terminated
         dones = terminated | time_outs
         # The step's one host synchronisation: how many envs are done, and whether the actions were finite.
@@ -119,7 +140,17 @@ class NeRDVecEnv(IVecEnv):
             self.reset_envs(torch.nonzero_static(dones, size=num_done).flatten())
             states = self.nenv.get_states()
         infos = {"time_outs": time_outs, "terminated": terminated, "diverged": ~finite, "reward_terms": terms}
+        if disagreement is not None:
+            infos["disagreement"] = disagreement
         return self.task.observations(states, self.last_actions), rewards, dones.to(torch.uint8), infos
+
+    def _disagreement(self, so_far: torch.Tensor | None) -> torch.Tensor | None:
+        """The ensemble's disagreement of the frame just stepped, the largest of the step's frames so far; None when
+        neither the penalty nor the cutoff is on (nothing is computed then)."""
+        if self.disagreement_penalty == 0 and self.disagreement_cutoff is None or self.nenv.env_mode != NEURAL:
+            return None
+        now = self.nenv.integrator.disagreement
+        return now if so_far is None else torch.maximum(so_far, now)
 
     # ----------------------------------------------------------------------------------------------
     def reset_envs(self, env_ids: torch.Tensor | None) -> None:
@@ -172,7 +203,8 @@ def make_vec_env(cfg: RLEnvConfig, device: str = "cpu", seed: int = 0) -> NeRDVe
                                                  cfg.nerd_mirror)
     else:
         nenv = NeuralEnvironment(env, None, env_mode=GROUND_TRUTH)
-    return NeRDVecEnv(nenv, cls(cfg.num_envs, nenv.torch_device), cfg.episode_length, seed)
+    return NeRDVecEnv(nenv, cls(cfg.num_envs, nenv.torch_device), cfg.episode_length, seed,
+                      cfg.disagreement_penalty, cfg.disagreement_cutoff)
 
 
 def _create_from_env_config(num_actors: int | None = None, **env_config) -> NeRDVecEnv:

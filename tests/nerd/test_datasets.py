@@ -9,7 +9,7 @@ from nerd.datasets.hdf5 import TRAJECTORY_FIELDS, DatasetError, load_trajectorie
 from nerd.datasets.windows import TrajectoryWindows, piece_starts
 from nerd.envs import make_env
 from nerd.errors import UserError
-from nerd.generation import GenerationConfig, _finite_trajectories, generate_dataset
+from nerd.generation import GenerationConfig, finite_trajectories, generate_dataset
 
 
 @pytest.fixture(scope="module")
@@ -185,7 +185,7 @@ def test_interrupted_generation_leaves_no_file(tmp_path, monkeypatch):
     import nerd.generation as generation
 
     calls = {"n": 0}
-    original = generation._record_step
+    original = generation.record_frame_inputs
 
     def failing(*args, **kwargs):
         calls["n"] += 1
@@ -193,7 +193,7 @@ def test_interrupted_generation_leaves_no_file(tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(generation, "_record_step", failing)
+    monkeypatch.setattr(generation, "record_frame_inputs", failing)
     path = tmp_path / "x.hdf5"
     with pytest.raises(KeyboardInterrupt):
         generate_dataset(GenerationConfig("Cartpole", 100, trajectory_length=10, num_envs=2), path, progress=False)
@@ -207,7 +207,7 @@ def test_non_finite_and_diverged_trajectories_are_flagged():
     states[2, 0, 1] = 2e5
     nxt = states.copy()
     nxt[3, 1, 1] = -np.inf
-    assert _finite_trajectories({"states": states, "next_states": nxt}).tolist() == [True, False, False, False]
+    assert finite_trajectories({"states": states, "next_states": nxt}).tolist() == [True, False, False, False]
 
 
 def test_reader_rejects_bad_files(tmp_path):

@@ -17,6 +17,7 @@ CONSOLE_SCRIPTS = {
     "nerd-eval": "eval/eval_passive_motion.py",
     "nerd-rl": "eval/run_rl.py",
     "nerd-batch-eval": "eval/batch_eval_policy.py",
+    "nerd-transfer": "train/transfer_loop.py",
 }
 
 
@@ -58,6 +59,7 @@ EXPECTED_DEFAULTS = {
     "nerd-batch-eval": {"--device": "cpu"},
     "nerd-average": {"--valid-batches": "50", "--batch-size": "2048", "--seed": "0", "--device": "cpu"},
     "nerd-visualize": {},
+    "nerd-transfer": {"--device": "cpu", "--seed": "0"},
 }
 
 

@@ -1,0 +1,379 @@
+"""The transfer loop: PPO in NeRD, refined with the policy's own ground-truth data, evaluated in both simulators.
+
+One YAML file (:class:`TransferConfig`, ``cfg/transfer/``) describes the whole loop of one task. Each round
+
+1. trains PPO in the current NeRD model(s) for ``epochs_per_round`` epochs, continuing the previous round's policy
+   (weights, normalisation, optimiser and epoch count: :func:`~nerd.rl.runner.train_policy`'s ``init_from``);
+2. with ``refine`` (ours), rolls that policy out in the ground truth, with its exploration noise, for at most
+   ``refine.gt_fraction`` of the round's PPO env-steps (:mod:`nerd.rl.policy_data`);
+3. fine-tunes every NeRD model on its own data plus all the policy data gathered so far (``--init-from``), and the
+   next round's PPO steps in the fine-tuned models. With several models (an ensemble), their disagreement is first
+   checked against their true error on the fresh data (:mod:`nerd.calibration`).
+
+Without ``refine`` the loop is the faithful recipe: the same PPO, in the same model from the first to the last
+epoch. After the last round the final policy is evaluated in both simulators (:mod:`nerd.rl.batch_eval`;
+optionally after every round, for the ground-truth reward against compute).
+
+The loop directory holds ``config.yaml`` (the loop as run), ``loop.json`` (what each finished stage produced; the
+loop resumes from it after an interruption: a finished stage is never run again, an interrupted NeRD fine-tune
+continues from its ``nn/last.pt``, an interrupted PPO round or data collection starts over), ``round_<k>/ppo/``
+(the rl-games run), ``round_<k>/data/{train,valid}.hdf5``, ``round_<k>/model_<m>/`` (the NeRD fine-tunes),
+``round_<k>/eval.{json,md}`` and ``eval.{json,md}`` (the final table, with the loop's ground-truth cost).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from nerd.calibration import ensemble_calibration
+from nerd.config import ConfigError, check_range, load_config, to_dict
+from nerd.errors import UserError
+from nerd.modes import GROUND_TRUTH, NEURAL
+from nerd.rl.batch_eval import PolicyEvalConfig, batch_evaluate, format_markdown, write_table
+from nerd.rl.config import RLConfig, load_rl_config, with_num_envs
+from nerd.rl.policy_data import collect_policy_data
+from nerd.rl.runner import train_policy
+from nerd.run_dir import ExclusiveLock, clear_run_dir, write_run_record, write_text_atomic
+from nerd.training import TrainConfig, train
+
+STATE_FILE = "loop.json"
+"""The loop's record of its finished stages, in the loop directory."""
+LOOP_DIR_ENTRIES = (STATE_FILE, "config.yaml", "git.yaml", "eval.json", "eval.md")
+"""The loop's own files in its directory (beside its ``round_<k>`` folders)."""
+
+
+@dataclass
+class RefineConfig:
+    """Ground-truth data where the policy goes, and the NeRD fine-tune on it (our option)."""
+
+    train_cfg: str
+    """NeRD training config of the fine-tunes (its ``model`` section must be the models'); its datasets are
+    replaced by ``base_train``/``base_valid`` plus the policy data."""
+    gt_fraction: float = 0.1
+    """Ground-truth transitions collected per round, as a fraction of the round's PPO env-steps in NeRD (the
+    issue's budget is at most 0.1)."""
+    base_train: list[str] = field(default_factory=list)
+    """The models' own training data, mixed into every fine-tune so that they do not forget it (empty: the policy
+    data alone). Its trajectories must not be longer than ``trajectory_length``."""
+    base_valid: list[str] = field(default_factory=list)
+    """Validation data beside the policy data's held-out part."""
+    valid_fraction: float = 0.1
+    """Share of each round's ground-truth transitions written to a validation file instead of the training one."""
+    finetune_minutes: float = 5.0
+    """CPU time of each model's fine-tune per round (``time_budget_minutes``)."""
+    train_overrides: list[str] = field(default_factory=list)
+    """``key=value`` overrides of ``train_cfg`` for the fine-tunes, e.g. ``lr_start=3e-4``."""
+    checkpoint: Literal["best", "last"] = "best"
+    """Which checkpoint of a fine-tune the next round steps with (``best`` by the training config's
+    ``best_checkpoint_by``)."""
+    trajectory_length: int = 100
+    """Frames per trajectory of the policy data."""
+    stochastic: bool = True
+    """Roll the policy out with its exploration noise (as PPO explores), or with its mean action."""
+
+    def __post_init__(self) -> None:
+        check_range("gt_fraction", self.gt_fraction, low=0, low_open=True, high=1)
+        check_range("valid_fraction", self.valid_fraction, low=0, high=0.5)
+        check_range("finetune_minutes", self.finetune_minutes, low=0, low_open=True)
+        check_range("trajectory_length", self.trajectory_length, low=1)
+
+
+@dataclass
+class LoopEvalConfig:
+    """The evaluation of the loop's policies in both simulators (the paper's Table-1 protocol)."""
+
+    num_games: int = 2048
+    """Episodes per simulator."""
+    num_envs: int = 2048
+    """Parallel envs."""
+    seed: int = 500
+    """Seed of the initial states (the same in both simulators)."""
+    every_round: bool = False
+    """Also evaluate every round's policy (each in the models it was trained in), not just the last."""
+
+    def __post_init__(self) -> None:
+        check_range("num_games", self.num_games, low=1)
+        check_range("num_envs", self.num_envs, low=1)
+
+
+@dataclass
+class TransferConfig:
+    """One task's transfer loop. Relative paths are relative to the working directory of the command."""
+
+    rl_cfg: str
+    """RL config: task, simulator settings and the PPO settings (``cfg/rl/...``)."""
+    nerd_model_path: str | list[str]
+    """The NeRD model the first round trains in, or several (an ensemble: each is fine-tuned on the same data)."""
+    rounds: int = 1
+    """PPO rounds; with ``refine``, the models are refined between two rounds."""
+    epochs_per_round: int = 100
+    """PPO epochs per round."""
+    num_envs: int | None = None
+    """PPO envs (the minibatch is rescaled, as ``run_rl.py --num-envs``); None keeps the RL config's."""
+    rl_overrides: list[str] = field(default_factory=list)
+    """``key=value`` overrides of the RL config, e.g. ``env.disagreement_penalty=1.0``."""
+    refine: RefineConfig | None = None
+    """Refine the models with the policy's ground-truth data (ours); None: the faithful recipe."""
+    evaluation: LoopEvalConfig = field(default_factory=LoopEvalConfig)
+    """Evaluation in both simulators."""
+
+    def __post_init__(self) -> None:
+        check_range("rounds", self.rounds, low=1)
+        check_range("epochs_per_round", self.epochs_per_round, low=1)
+        check_range("num_envs", self.num_envs, low=1)
+        if not self.nerd_model_path:
+            raise ConfigError("config key 'nerd_model_path': name the NeRD model(s) the loop starts from")
+
+    @property
+    def model_paths(self) -> list[str]:
+        """The starting model(s) as a list."""
+        return [self.nerd_model_path] if isinstance(self.nerd_model_path, str) else list(self.nerd_model_path)
+
+
+def load_transfer_config(path: str | Path, overrides: list[str] | None = None) -> TransferConfig:
+    """Read and validate a transfer-loop config (``key.sub=value`` overrides applied first)."""
+    return load_config(path, TransferConfig, overrides)
+
+
+def _rl_config(cfg: TransferConfig) -> RLConfig:
+    rl_cfg = load_rl_config(cfg.rl_cfg, cfg.rl_overrides)
+    if cfg.num_envs is not None:
+        rl_cfg = with_num_envs(rl_cfg, cfg.num_envs)
+    rl_cfg.env.env_mode = NEURAL
+    return rl_cfg
+
+
+def check_transfer_config(cfg: TransferConfig) -> tuple[RLConfig, TrainConfig | None]:
+    """Check every input of the loop before anything runs; returns the RL config and the fine-tunes' config."""
+    rl_cfg = _rl_config(cfg)
+    for path in cfg.model_paths:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"NeRD model not found: {path}")
+    train_cfg = None
+    if cfg.refine is not None:
+        train_cfg = load_config(cfg.refine.train_cfg, TrainConfig, cfg.refine.train_overrides)
+        if train_cfg.env_name != rl_cfg.env.robot:
+            raise UserError(f"refine.train_cfg trains {train_cfg.env_name}, but the task is {rl_cfg.env.robot}'s")
+        for path in cfg.refine.base_train + cfg.refine.base_valid:
+            if not Path(path).exists():
+                raise FileNotFoundError(f"dataset not found: {path} (refine.base_train / refine.base_valid)")
+        if not cfg.refine.base_valid and cfg.refine.valid_fraction == 0:
+            raise ConfigError("config key 'refine.valid_fraction': the fine-tunes need validation data; give "
+                              "refine.base_valid or a positive valid_fraction")
+    return rl_cfg, train_cfg
+
+
+class _LoopState:
+    """``loop.json``: the outputs of the finished stages, written atomically after each one."""
+
+    def __init__(self, logdir: Path, config: dict[str, Any]):
+        self.path = logdir / STATE_FILE
+        if self.path.is_file():
+            self.data = json.loads(self.path.read_text())
+            if self.data.get("config") != config:
+                raise UserError(f"{logdir} holds a transfer loop of another config; resume it with its own "
+                                f"({logdir / 'config.yaml'}) or choose another --logdir")
+        else:
+            self.data = {"config": config, "rounds": []}
+
+    def round(self, k: int) -> dict[str, Any]:
+        while len(self.data["rounds"]) <= k:
+            self.data["rounds"].append({})
+        return self.data["rounds"][k]
+
+    def save(self) -> None:
+        write_text_atomic(self.path, json.dumps(self.data, indent=2))
+
+
+def run_transfer_loop(cfg: TransferConfig, logdir: str | Path, device: str = "cpu", seed: int = 0,
+                      resume: bool = False, overwrite: bool = False, progress: bool = True) -> dict[str, Any]:
+    """Run the loop of ``cfg`` in ``logdir``; returns the final evaluation table with the loop's cost.
+
+    Args:
+        resume: Continue the loop in ``logdir`` where it stopped; it must have been started with the same config
+            and seed.
+        overwrite: Remove a previous loop's outputs in ``logdir`` first (only once every input has been checked).
+
+    A ``logdir`` that holds a loop is refused without one of the two; only one process may run a loop directory at
+    a time.
+    """
+    if resume and overwrite:
+        raise UserError("--resume continues the loop in --logdir, --overwrite replaces it: pick one")
+    rl_cfg, train_cfg = check_transfer_config(cfg)
+    logdir = Path(logdir)
+    logdir.mkdir(parents=True, exist_ok=True)
+    lock = ExclusiveLock(logdir / "loop.lock", f"another process is running the transfer loop in {logdir}")
+    try:
+        if (logdir / STATE_FILE).is_file() and not resume:
+            if not overwrite:
+                raise UserError(f"{logdir} holds a transfer loop; --resume continues it, --overwrite replaces it")
+            clear_run_dir(logdir, LOOP_DIR_ENTRIES + tuple(p.name for p in logdir.glob("round_*")))
+        elif resume and not (logdir / STATE_FILE).is_file():
+            raise UserError(f"nothing to resume: {logdir} holds no transfer loop ({STATE_FILE})")
+        resolved = {**to_dict(cfg), "seed": seed}
+        state = _LoopState(logdir, resolved)
+        if not (logdir / "config.yaml").is_file():
+            write_run_record(logdir, resolved)
+        models = cfg.model_paths
+        policy: str | None = None
+        for k in range(cfg.rounds):
+            record = state.round(k)
+            round_dir = logdir / f"round_{k}"
+            policy = _ppo_round(cfg, rl_cfg, models, policy, k, round_dir, record, state, device, seed, progress)
+            if cfg.evaluation.every_round and "eval" not in record:
+                table = _evaluate(cfg, rl_cfg, [policy], models, device, progress)
+                write_table(table, round_dir / "eval.json")
+                record["eval"] = _table_cells(table)
+                state.save()
+            if cfg.refine is not None and k < cfg.rounds - 1:
+                data = _collect(cfg, rl_cfg, policy, k, round_dir, record, state, device, seed, progress)
+                if len(models) > 1 and "calibration" not in record:
+                    # The ensemble's disagreement against its true error on the policy's fresh ground-truth data.
+                    record["calibration"] = ensemble_calibration(models, data["train"], device=device)
+                    state.save()
+                models = _refine(cfg, train_cfg, models, data, k, round_dir, record, state, device, seed, progress)
+        final = state.data.setdefault("final", {})
+        if "eval" not in final:
+            table = _evaluate(cfg, rl_cfg, [policy], models, device, progress)
+            table["loop"] = loop_cost(state.data)
+            write_table(table, logdir / "eval.json")
+            final.update(eval=_table_cells(table), policy=policy, nerd_models=models)
+            state.save()
+        else:
+            table = json.loads((logdir / "eval.json").read_text())
+        if progress:
+            print(format_markdown(table), flush=True)
+            print(format_cost(table["loop"]), flush=True)
+        return table
+    finally:
+        lock.release()
+
+
+def _ppo_round(cfg: TransferConfig, rl_cfg: RLConfig, models: list[str], previous: str | None, k: int,
+               round_dir: Path, record: dict[str, Any], state: _LoopState, device: str, seed: int, progress: bool
+               ) -> str:
+    if "policy" in record:
+        return record["policy"]
+    run_cfg = copy.deepcopy(rl_cfg)
+    run_cfg.env.nerd_model_path = models[0] if len(models) == 1 else list(models)
+    epochs = (k + 1) * cfg.epochs_per_round
+    if progress:
+        print(f"round {k}: PPO in NeRD ({', '.join(models)}) up to epoch {epochs}", flush=True)
+    # A round interrupted before it finished starts over (rl-games cannot resume mid-run).
+    summary = train_policy(run_cfg, round_dir / "ppo", device, seed, max_epochs=epochs, progress=progress,
+                           overwrite=True, init_from=previous)
+    config = run_cfg.params["config"]
+    record.update(policy=summary["last_checkpoint"], nerd_models=list(models),
+                  ppo_env_steps=cfg.epochs_per_round * run_cfg.env.num_envs * config["horizon_length"],
+                  ppo_seconds=summary["train_seconds"],
+                  train_reward=summary["epochs"][-1]["mean_episode_reward"] if summary["epochs"] else None)
+    state.save()
+    return record["policy"]
+
+
+def _collect(cfg: TransferConfig, rl_cfg: RLConfig, policy: str, k: int, round_dir: Path, record: dict[str, Any],
+             state: _LoopState, device: str, seed: int, progress: bool) -> dict[str, str]:
+    refine = cfg.refine
+    if "data" in record:
+        return record["data"]
+    run_cfg = copy.deepcopy(rl_cfg)
+    run_cfg.env.env_mode = GROUND_TRUTH
+    total = math.ceil(refine.gt_fraction * record["ppo_env_steps"])
+    parts = {"valid": math.ceil(refine.valid_fraction * total)}
+    parts["train"] = total - parts["valid"]
+    data, cost = {}, {}
+    for offset, (name, transitions) in enumerate(sorted(parts.items())):
+        if transitions == 0:
+            continue
+        path = round_dir / "data" / f"{name}.hdf5"
+        path.unlink(missing_ok=True)  # a file of an interrupted collection that the state does not record
+        if progress:
+            print(f"round {k}: {transitions} ground-truth transitions of the policy ({name})", flush=True)
+        summary = collect_policy_data(run_cfg, policy, path, transitions, refine.trajectory_length,
+                                      stochastic=refine.stochastic, device=device,
+                                      seed=seed * 1000 + 2 * k + offset, progress=progress)
+        data[name] = str(path)
+        cost[name] = asdict(summary)
+    record.update(data=data, gt=cost,
+                  gt_transitions=sum(part["simulated_transitions"] for part in cost.values()))
+    state.save()
+    return data
+
+
+def _refine(cfg: TransferConfig, train_cfg: TrainConfig, models: list[str], data: dict[str, str], k: int,
+            round_dir: Path, record: dict[str, Any], state: _LoopState, device: str, seed: int, progress: bool
+            ) -> list[str]:
+    refine = cfg.refine
+    if "refined_models" in record:
+        return record["refined_models"]
+    rounds = state.data["rounds"][: k + 1]
+    policy_train = [r["data"]["train"] for r in rounds if "train" in r.get("data", {})]
+    policy_valid = [r["data"]["valid"] for r in rounds if "valid" in r.get("data", {})]
+    run_cfg = replace(train_cfg, time_budget_minutes=refine.finetune_minutes,
+                      num_epochs=max(train_cfg.num_epochs, 10_000))
+    run_cfg.dataset = replace(run_cfg.dataset, train=refine.base_train + policy_train,
+                              valid=refine.base_valid + policy_valid, max_train_trajectories=None)
+    refined, losses = [], []
+    for m, model in enumerate(models):
+        run_dir = round_dir / f"model_{m}"
+        if progress:
+            print(f"round {k}: fine-tuning {model} for {refine.finetune_minutes:g} CPU-min on "
+                  f"{len(refine.base_train)} base + {len(policy_train)} policy data files", flush=True)
+        # A fine-tune interrupted after its first epoch continues; one without a checkpoint starts over.
+        resume = (run_dir / "nn" / "last.pt").is_file()
+        summary = (yaml.safe_load((run_dir / "summary.yaml").read_text()) if (run_dir / "summary.yaml").is_file()
+                   else train(run_cfg, run_dir, device, None if resume else seed * 100 + m, resume=resume,
+                              init_from=None if resume else model, overwrite=not resume, progress=progress))
+        path = run_dir / "nn" / f"{refine.checkpoint}.pt"
+        if not path.is_file():
+            raise UserError(f"the fine-tune in {run_dir} wrote no {path.name}; see its log")
+        refined.append(str(path))
+        losses.append(summary.get("best_valid_loss"))
+    record.update(refined_models=refined, finetune_best_valid_loss=losses)
+    state.save()
+    return refined
+
+
+def _evaluate(cfg: TransferConfig, rl_cfg: RLConfig, policies: list[str], models: list[str], device: str,
+              progress: bool) -> dict[str, Any]:
+    """Both simulators, the batch evaluation's protocol; the RL config (with the loop's overrides) is written
+    beside the policy's run, so batch evaluation reads it from there."""
+    run_config = Path(policies[0]).parent.parent / "config.yaml"
+    ev = cfg.evaluation
+    table = batch_evaluate(PolicyEvalConfig(rl_cfg=str(run_config), checkpoints=policies,
+                                            simulators=[GROUND_TRUTH, NEURAL],
+                                            nerd_model_path=models[0] if len(models) == 1 else list(models),
+                                            num_games=ev.num_games, num_envs=ev.num_envs, seed=ev.seed),
+                           device, progress)
+    return table
+
+
+def _table_cells(table: dict[str, Any]) -> dict[str, Any]:
+    row = table["rows"][-1]
+    return {"ground_truth": row[GROUND_TRUTH]["mean"], "neural": row[NEURAL]["mean"],
+            "relative_gap": row.get("relative_gap")}
+
+
+def loop_cost(data: dict[str, Any]) -> dict[str, Any]:
+    """PPO's env-steps in NeRD and the ground-truth transitions the loop simulated, in total and per round."""
+    rounds = data["rounds"]
+    ppo = sum(r.get("ppo_env_steps", 0) for r in rounds)
+    gt = sum(r.get("gt_transitions", 0) for r in rounds)
+    per_round = [{"round": k, "ppo_env_steps": r.get("ppo_env_steps"), "gt_transitions": r.get("gt_transitions", 0),
+                  "train_reward": r.get("train_reward"), "eval": r.get("eval"), "calibration": r.get("calibration"),
+                  "finetune_best_valid_loss": r.get("finetune_best_valid_loss")} for k, r in enumerate(rounds)]
+    return {"ppo_env_steps": ppo, "gt_transitions": gt, "gt_share": gt / ppo if ppo else 0.0, "rounds": per_round}
+
+
+def format_cost(cost: dict[str, Any]) -> str:
+    """One line: the loop's PPO env-steps and ground-truth transitions."""
+    return (f"PPO env-steps in NeRD: {cost['ppo_env_steps']:,}; ground-truth transitions: {cost['gt_transitions']:,} "
+            f"({100 * cost['gt_share']:.1f} % of them)")
+

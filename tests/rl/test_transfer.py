@@ -1,0 +1,233 @@
+"""The transfer loop's parts at tiny sizes: the policy's ground-truth data, the disagreement penalty, the loop."""
+
+import copy
+import json
+
+import h5py
+import pytest
+import torch
+import yaml
+
+from nerd.calibration import ensemble_calibration
+from nerd.checkpoint import load_checkpoint, save_checkpoint
+from nerd.config import ConfigError, from_dict
+from nerd.datasets.hdf5 import read_attrs
+from nerd.datasets.windows import TrajectoryWindows
+from nerd.envs import make_env
+from nerd.errors import UserError
+from nerd.features import RobotSignature, signature_of_env
+from nerd.generation import GenerationConfig, generate_dataset
+from nerd.models.nerd_model import NeRDModel
+from nerd.modes import GROUND_TRUTH
+from nerd.rl.config import load_rl_config, with_num_envs
+from nerd.rl.policy_data import collect_policy_data
+from nerd.rl.runner import play_policy, train_policy
+from nerd.rl.transfer import TransferConfig, run_transfer_loop
+from nerd.rl.vec_env import make_vec_env
+from tests.nerd.test_integrator import TINY
+from tests.scripts.test_entry_points import REPO
+
+CARTPOLE_CFG = str(REPO / "cfg/rl/Cartpole/swingup_cpu.yaml")
+TINY_MODEL = {"type": "transformer",
+              "transformer": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "head_hidden": [16]}}
+
+
+def tiny_model(path, seed: int) -> str:
+    """An untrained tiny Cartpole NeRD checkpoint; different seeds give different weights."""
+    torch.manual_seed(seed)
+    sig = signature_of_env(make_env("Cartpole", 1))
+    save_checkpoint(path, NeRDModel(sig.input_groups, sig.target_dim, TINY), sig, {"history_length": 10},
+                    history_length=10)
+    return str(path)
+
+
+def rl_config(models, num_envs: int = 8, **env):
+    cfg = with_num_envs(load_rl_config(CARTPOLE_CFG, ["params.config.mini_epochs=1", "env.episode_length=20"]),
+                        num_envs)
+    cfg.env.nerd_model_path = models
+    for key, value in env.items():
+        setattr(cfg.env, key, value)
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """Two tiny models and a 1-epoch PPO policy trained in the first."""
+    root = tmp_path_factory.mktemp("transfer")
+    models = [tiny_model(root / "a.pt", 0), tiny_model(root / "b.pt", 1)]
+    summary = train_policy(rl_config(models[0]), root / "ppo", max_epochs=1, progress=False)
+    return root, models, summary["last_checkpoint"]
+
+
+def test_policy_data_has_the_dataset_layout_and_is_the_ground_truth_motion(tiny, tmp_path):
+    """The policy's ground-truth transitions have a generated dataset's fields, shapes and robot signature, train
+    beside it as one dataset, stay within the budget, and replaying their torques reproduces their states."""
+    root, models, policy = tiny
+    path = tmp_path / "policy.hdf5"
+    summary = collect_policy_data(rl_config(models[0]), policy, path, num_transitions=95, trajectory_length=10,
+                                  progress=False)
+    assert summary.num_transitions == summary.simulated_transitions <= 95
+    assert summary.num_transitions >= 80
+    generate_dataset(GenerationConfig("Cartpole", 40, trajectory_length=10, num_envs=4), tmp_path / "gen.hdf5",
+                     progress=False)
+    with h5py.File(path) as f, h5py.File(tmp_path / "gen.hdf5") as g:
+        assert {k: f["data"][k].shape[2:] for k in f["data"]} == {k: g["data"][k].shape[2:] for k in g["data"]}
+        states, next_states, torques = (f["data"][k][:] for k in ("states", "next_states", "joint_acts"))
+    attrs, gen_attrs = read_attrs(path), read_attrs(tmp_path / "gen.hdf5")
+    assert RobotSignature.from_dict(attrs) == RobotSignature.from_dict(gen_attrs)
+    for key in ("state_dim", "joint_act_dim", "frame_dt", "solver", "newton_version", "state_names"):
+        assert attrs[key] == gen_attrs[key], key
+    assert attrs["policy_data"]["stochastic"] is True
+    windows = TrajectoryWindows([tmp_path / "gen.hdf5", path], history=10)
+    assert windows.num_trajectories == 4 + summary.num_trajectories
+    # Trajectories are continuous, and the recorded torques replayed in a fresh ground truth give the same motion.
+    assert torch.equal(torch.from_numpy(states[:, 1:]), torch.from_numpy(next_states[:, :-1]))
+    env = make_env("Cartpole", states.shape[0])
+    env.set_states(torch.from_numpy(states[:, 0]))
+    for t in range(states.shape[1]):
+        env.step_with_joint_act(torch.from_numpy(torques[:, t]))
+        torch.testing.assert_close(env.get_states(), torch.from_numpy(next_states[:, t]), atol=1e-5, rtol=1e-5)
+    # The exploration noise is the policy's: the mean action gives other torques.
+    mean_path = tmp_path / "mean.hdf5"
+    collect_policy_data(rl_config(models[0]), policy, mean_path, 95, 10, stochastic=False, progress=False)
+    with h5py.File(mean_path) as f:
+        assert not torch.equal(torch.from_numpy(f["data"]["joint_acts"][:]), torch.from_numpy(torques))
+
+
+def step_rewards(cfg, steps: int = 5):
+    vec_env = make_vec_env(cfg.env, seed=3)
+    vec_env.reset()
+    generator = torch.Generator().manual_seed(0)
+    rewards, disagreement, terminated, terms = [], [], [], []
+    for _ in range(steps):
+        actions = torch.rand(vec_env.num_envs, 1, generator=generator) * 2 - 1
+        _, reward, _, infos = vec_env.step(actions)
+        rewards.append(reward)
+        disagreement.append(infos.get("disagreement", torch.zeros_like(reward)))
+        terminated.append(infos["terminated"])
+        terms.append(infos["reward_terms"])
+    return torch.stack(rewards), torch.stack(disagreement), torch.stack(terminated), terms
+
+
+def test_disagreement_penalty_changes_rewards_only_where_the_members_disagree(tiny):
+    """Members that agree (one model twice) leave every reward as it was; members that disagree lower each reward
+    by exactly penalty x disagreement, reported as the reward term 'disagreement'; the cutoff ends episodes."""
+    _, (a, b), _ = tiny
+    plain, _, _, _ = step_rewards(rl_config([a, a]))
+    same, zero, _, _ = step_rewards(rl_config([a, a], disagreement_penalty=5.0))
+    assert torch.equal(zero, torch.zeros_like(zero)) and torch.equal(same, plain)
+    plain, _, plain_terminated, _ = step_rewards(rl_config([a, b]), steps=1)
+    penalised, spread, _, terms = step_rewards(rl_config([a, b], disagreement_penalty=5.0), steps=1)
+    assert bool((spread > 0).all())
+    torch.testing.assert_close(penalised, plain - 5.0 * spread)
+    torch.testing.assert_close(terms[0]["disagreement"], -5.0 * spread[0])
+    # Episodes are cut where the disagreement exceeds the cutoff, and only there.
+    cutoff = float(spread[0].median())
+    _, seen, terminated, _ = step_rewards(rl_config([a, b], disagreement_cutoff=cutoff), steps=1)
+    assert torch.equal(terminated[0], plain_terminated[0] | (seen[0] > cutoff))
+    assert 0 < int(terminated[0].sum()) < len(terminated[0])
+
+
+def test_disagreement_options_need_an_ensemble_and_evaluation_ignores_them(tiny, tmp_path):
+    root, (a, b), policy = tiny
+    with pytest.raises(UserError, match="need an ensemble"):
+        make_vec_env(rl_config(a, disagreement_penalty=1.0).env)
+    with pytest.raises(ConfigError, match="disagreement_penalty"):
+        load_rl_config(CARTPOLE_CFG, ["env.disagreement_penalty=-1"])
+    # Playback reports the task's reward: the same with and without the training-time penalty.
+    plain = play_policy(rl_config([a, b]), policy, num_games=8)
+    penalised = play_policy(rl_config([a, b], disagreement_penalty=50.0, disagreement_cutoff=1e-6), policy, 8)
+    assert plain["episode_rewards"] == penalised["episode_rewards"]
+
+
+def loop_config(root, models, **changes) -> TransferConfig:
+    for split, seed in (("train", 0), ("valid", 1)):
+        if not (root / f"base_{split}.hdf5").exists():
+            generate_dataset(GenerationConfig("Cartpole", 200, trajectory_length=10, num_envs=20, seed=seed),
+                             root / f"base_{split}.hdf5", progress=False)
+    train_cfg = {"env_name": "Cartpole", "model": TINY_MODEL, "batch_size": 32, "batches_per_epoch": 5,
+                 "valid_batches": 2, "rollout_eval": {"num_envs": 4, "horizon": 10},
+                 "dataset": {"train": "unused", "valid": "unused"}}
+    (root / "train.yaml").write_text(yaml.safe_dump(train_cfg))
+    data = {"rl_cfg": CARTPOLE_CFG, "nerd_model_path": models, "rounds": 2, "epochs_per_round": 1, "num_envs": 8,
+            "rl_overrides": ["params.config.mini_epochs=1", "env.episode_length=20"],
+            "refine": {"train_cfg": str(root / "train.yaml"), "gt_fraction": 0.5, "finetune_minutes": 0.002,
+                       "base_train": [str(root / "base_train.hdf5")], "base_valid": [str(root / "base_valid.hdf5")],
+                       "trajectory_length": 10, "valid_fraction": 0.25},
+            "evaluation": {"num_games": 4, "num_envs": 4}}
+    data.update(changes)
+    return from_dict(TransferConfig, data)
+
+
+def test_transfer_loop_refines_the_models_resumes_and_reports_its_cost(tiny, tmp_path, capsys):
+    """Two rounds in an ensemble of two tiny models: PPO, ground-truth data of the policy within the budget, the
+    ensemble's calibration on it, fine-tunes that change each model, PPO continued in them, the table in both
+    simulators; a resume reruns only what is missing."""
+    _, (a, b), _ = tiny
+    cfg = loop_config(tmp_path, [a, b])
+    table = run_transfer_loop(cfg, tmp_path / "loop", progress=False)
+    state = json.loads((tmp_path / "loop/loop.json").read_text())
+    first, second = state["rounds"]
+    assert first["ppo_env_steps"] == 1 * 8 * 32
+    assert 0 < first["gt_transitions"] <= 0.5 * first["ppo_env_steps"]
+    assert table["loop"]["gt_transitions"] == first["gt_transitions"] and "gt_transitions" not in second
+    refined = first["refined_models"]
+    assert len(refined) == 2 and second["nerd_models"] == refined and state["final"]["nerd_models"] == refined
+    for old, new in zip((a, b), refined, strict=True):
+        start, _, _ = load_checkpoint(old)
+        tuned, _, _ = load_checkpoint(new)
+        assert any(not torch.equal(p, q) for p, q in zip(start.state_dict().values(), tuned.state_dict().values(),
+                                                         strict=True))
+    assert first["calibration"]["windows"] > 0 and table["loop"]["rounds"][0]["calibration"] is not None
+    # The second round continued the first round's policy (rl-games' epoch count goes on).
+    ppo = json.loads((tmp_path / "loop/round_1/ppo/train_summary.json").read_text())
+    assert ppo["epochs"] == [] or ppo["epochs"][0]["epoch"] >= 2
+    rows = table["rows"][-1]
+    assert rows[GROUND_TRUTH]["num_games"] == 4 and "relative_gap" in rows
+    assert (tmp_path / "loop/eval.md").is_file()
+
+    # A loop directory is refused without --resume or --overwrite, and a resume of another config too.
+    with pytest.raises(UserError, match="--resume continues it"):
+        run_transfer_loop(cfg, tmp_path / "loop", progress=False)
+    with pytest.raises(UserError, match="another config"):
+        run_transfer_loop(loop_config(tmp_path, [a, b], rounds=3), tmp_path / "loop", resume=True, progress=False)
+    # Interrupted after the first round: the resume reruns the second round only.
+    kept = (tmp_path / "loop/round_0/ppo/nn/last.pth").stat().st_mtime_ns
+    partial = copy.deepcopy(state)
+    partial["rounds"] = partial["rounds"][:1]
+    del partial["final"]
+    (tmp_path / "loop/loop.json").write_text(json.dumps(partial))
+    run_transfer_loop(cfg, tmp_path / "loop", resume=True, progress=False)
+    assert (tmp_path / "loop/round_0/ppo/nn/last.pth").stat().st_mtime_ns == kept
+    resumed = json.loads((tmp_path / "loop/loop.json").read_text())
+    assert len(resumed["rounds"]) == 2 and "final" in resumed
+
+
+def test_faithful_loop_trains_in_one_model_and_checks_its_inputs(tiny, tmp_path):
+    """Without refine the loop is plain PPO in the starting model; bad inputs fail before anything runs."""
+    _, (a, _), _ = tiny
+    cfg = loop_config(tmp_path, a, refine=None)
+    run_transfer_loop(cfg, tmp_path / "faithful", progress=False)
+    state = json.loads((tmp_path / "faithful/loop.json").read_text())
+    assert [r["nerd_models"] for r in state["rounds"]] == [[a], [a]]
+    assert state["final"]["eval"]["ground_truth"] is not None
+    with pytest.raises(FileNotFoundError, match="NeRD model not found"):
+        run_transfer_loop(loop_config(tmp_path, str(tmp_path / "missing.pt")), tmp_path / "x", progress=False)
+    with pytest.raises(ConfigError, match="refine.gt_fraction"):
+        loop_config(tmp_path, a, refine={"train_cfg": "x.yaml", "gt_fraction": 2.0})
+    assert not (tmp_path / "x" / "loop.json").exists()
+
+
+def test_calibration_measures_the_ensemble_against_the_true_error(tiny, tmp_path):
+    """On ground-truth data: one model twice has zero disagreement and no error within it; two different models
+    have a positive disagreement and a finite rank correlation; a single model is refused."""
+    _, (a, b), _ = tiny
+    generate_dataset(GenerationConfig("Cartpole", 400, trajectory_length=20, num_envs=20), tmp_path / "d.hdf5",
+                     progress=False)
+    same = ensemble_calibration([a, a], tmp_path / "d.hdf5")
+    assert same["mean_disagreement"] == 0 and same["mean_error"] > 0 and same["within_one_sigma"] == 0
+    two = ensemble_calibration([a, b], tmp_path / "d.hdf5", max_windows=100)
+    assert two["windows"] == 100 and two["mean_disagreement"] > 0 and 0 < two["within_one_sigma"] < 1
+    assert -1 <= two["rank_correlation"] <= 1
+    with pytest.raises(UserError, match="two models or more"):
+        ensemble_calibration([a], tmp_path / "d.hdf5")
