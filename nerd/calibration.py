@@ -1,4 +1,7 @@
-"""How well an ensemble's disagreement predicts its true one-step error, on a dataset (our option's diagnostic).
+"""One-step error of NeRD models on a dataset, and how well an ensemble's disagreement predicts it.
+
+The transfer loop (:mod:`nerd.rl.transfer`) measures its models on each round's fresh ground-truth data of the
+policy: how wrong they are where the policy goes, before and after the refinement.
 
 The disagreement penalty and cutoff of the RL vec env (:class:`~nerd.rl.config.RLEnvConfig`) trust the members'
 spread as a stand-in for the error PPO would exploit. This module measures that trust where it matters: on
@@ -7,7 +10,7 @@ the members predict the last step's target; with ``s`` the first model's target 
 :attr:`~nerd.integrator.NeRDEnsembleIntegrator.disagreement`):
 
 * ``disagreement`` = RMS over coordinates of (std over members) / s, the integrator's own definition;
-* ``error`` = RMS over coordinates of (members' mean − true target) / s;
+* ``error`` = RMS over coordinates of (members' mean − true target) / s (for one model, its own prediction's);
 * ``within_one_sigma``: the share of (window, coordinate) pairs whose true error lies within ±1 member std (a
   calibrated Gaussian spread gives 0.68; far less means the members agree on their mistakes);
 * ``rank_correlation``: Spearman's correlation of the windows' disagreement with their error (1: the spread ranks
@@ -32,13 +35,14 @@ from nerd.evaluation import rank_correlation
 def ensemble_calibration(model_paths: Sequence[str | Path], dataset: str | Path | Sequence[str | Path],
                          max_windows: int = 20_000, batch_size: int = 1024, device: str = "cpu", seed: int = 0
                          ) -> dict[str, Any]:
-    """Calibration of the ensemble of ``model_paths`` on (up to ``max_windows`` random) windows of ``dataset``.
+    """The one-step error of the model(s) ``model_paths`` (their mean prediction) on up to ``max_windows`` random
+    windows of ``dataset``; for two models or more also the disagreement and its calibration (module docstring).
 
     Raises:
-        UserError: Fewer than two models, models of other robots or inputs than each other or the data.
+        UserError: No model, or models of other robots or inputs than each other or the data.
     """
-    if len(model_paths) < 2:
-        raise UserError(f"calibration needs an ensemble of two models or more, got {len(model_paths)}")
+    if not model_paths:
+        raise UserError("name at least one model")
     loaded = [load_checkpoint(path, device) for path in model_paths]
     models = [model.eval() for model, _, _ in loaded]
     signature, history = loaded[0][1], loaded[0][2]["history_length"]
@@ -60,9 +64,11 @@ def ensemble_calibration(model_paths: Sequence[str | Path], dataset: str | Path 
         spreads.append(predictions.double().std(dim=0, correction=0) / scale)
         errors.append((mean - target[:, -1].double()) / scale)
     spread, error = torch.cat(spreads), torch.cat(errors)  # (windows, P), in target stds
-    disagreement = spread.square().mean(dim=1).sqrt()
     rms_error = error.square().mean(dim=1).sqrt()
-    return {"models": [str(path) for path in model_paths], "windows": len(ids),
-            "mean_disagreement": float(disagreement.mean()), "mean_error": float(rms_error.mean()),
-            "within_one_sigma": float((error.abs() <= spread).double().mean()),
-            "rank_correlation": rank_correlation(disagreement, rms_error)}
+    result = {"models": [str(path) for path in model_paths], "windows": len(ids), "mean_error": float(rms_error.mean())}
+    if len(models) > 1:
+        disagreement = spread.square().mean(dim=1).sqrt()
+        result.update(mean_disagreement=float(disagreement.mean()),
+                      within_one_sigma=float((error.abs() <= spread).double().mean()),
+                      rank_correlation=rank_correlation(disagreement, rms_error))
+    return result

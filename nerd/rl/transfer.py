@@ -7,8 +7,8 @@ One YAML file (:class:`TransferConfig`, ``cfg/transfer/``) describes the whole l
 2. with ``refine`` (ours), rolls that policy out in the ground truth, with its exploration noise, for at most
    ``refine.gt_fraction`` of the round's PPO env-steps (:mod:`nerd.rl.policy_data`);
 3. fine-tunes every NeRD model on its own data plus all the policy data gathered so far (``--init-from``), and the
-   next round's PPO steps in the fine-tuned models. With several models (an ensemble), their disagreement is first
-   checked against their true error on the fresh data (:mod:`nerd.calibration`).
+   next round's PPO steps in the fine-tuned models. The models' one-step error on the fresh data is recorded
+   before and after (and an ensemble's disagreement against it, :mod:`nerd.calibration`).
 
 Without ``refine`` the loop is the faithful recipe: the same PPO, in the same model from the first to the last
 epoch. After the last round the final policy is evaluated in both simulators (:mod:`nerd.rl.batch_eval`;
@@ -234,11 +234,18 @@ def run_transfer_loop(cfg: TransferConfig, logdir: str | Path, device: str = "cp
                 state.save()
             if cfg.refine is not None and k < cfg.rounds - 1:
                 data = _collect(cfg, rl_cfg, policy, k, round_dir, record, state, device, seed, progress)
-                if len(models) > 1 and "calibration" not in record:
-                    # The ensemble's disagreement against its true error on the policy's fresh ground-truth data.
-                    record["calibration"] = ensemble_calibration(models, data["train"], device=device)
+                if "model_error" not in record:
+                    # The models' one-step error (and an ensemble's disagreement against it) on the policy's fresh
+                    # ground-truth data, which they have not been trained on.
+                    record["model_error"] = ensemble_calibration(models, data["train"], device=device)
                     state.save()
                 models = _refine(cfg, train_cfg, models, data, k, round_dir, record, state, device, seed, progress)
+                if "valid" in data and "refined_model_error_valid" not in record:
+                    # Before and after the fine-tune, on the round's held-out part (neither model trained on it).
+                    record["model_error_valid"] = ensemble_calibration(record["nerd_models"], data["valid"],
+                                                                       device=device)
+                    record["refined_model_error_valid"] = ensemble_calibration(models, data["valid"], device=device)
+                    state.save()
         final = state.data.setdefault("final", {})
         if "eval" not in final:
             table = _evaluate(cfg, rl_cfg, [policy], models, device, progress)
@@ -367,7 +374,9 @@ def loop_cost(data: dict[str, Any]) -> dict[str, Any]:
     ppo = sum(r.get("ppo_env_steps", 0) for r in rounds)
     gt = sum(r.get("gt_transitions", 0) for r in rounds)
     per_round = [{"round": k, "ppo_env_steps": r.get("ppo_env_steps"), "gt_transitions": r.get("gt_transitions", 0),
-                  "train_reward": r.get("train_reward"), "eval": r.get("eval"), "calibration": r.get("calibration"),
+                  "train_reward": r.get("train_reward"), "eval": r.get("eval"),
+                  "model_error": r.get("model_error"), "model_error_valid": r.get("model_error_valid"),
+                  "refined_model_error_valid": r.get("refined_model_error_valid"),
                   "finetune_best_valid_loss": r.get("finetune_best_valid_loss")} for k, r in enumerate(rounds)]
     return {"ppo_env_steps": ppo, "gt_transitions": gt, "gt_share": gt / ppo if ppo else 0.0, "rounds": per_round}
 

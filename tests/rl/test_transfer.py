@@ -178,7 +178,10 @@ def test_transfer_loop_refines_the_models_resumes_and_reports_its_cost(tiny, tmp
         tuned, _, _ = load_checkpoint(new)
         assert any(not torch.equal(p, q) for p, q in zip(start.state_dict().values(), tuned.state_dict().values(),
                                                          strict=True))
-    assert first["calibration"]["windows"] > 0 and table["loop"]["rounds"][0]["calibration"] is not None
+    assert first["model_error"]["windows"] > 0 and "rank_correlation" in first["model_error"]
+    before, after = first["model_error_valid"], first["refined_model_error_valid"]
+    assert before["models"] == [a, b] and after["models"] == refined and before["mean_error"] != after["mean_error"]
+    assert table["loop"]["rounds"][0]["model_error"] == first["model_error"]
     # The second round continued the first round's policy (rl-games' epoch count goes on).
     ppo = json.loads((tmp_path / "loop/round_1/ppo/train_summary.json").read_text())
     assert ppo["epochs"] == [] or ppo["epochs"][0]["epoch"] >= 2
@@ -220,7 +223,7 @@ def test_faithful_loop_trains_in_one_model_and_checks_its_inputs(tiny, tmp_path)
 
 def test_calibration_measures_the_ensemble_against_the_true_error(tiny, tmp_path):
     """On ground-truth data: one model twice has zero disagreement and no error within it; two different models
-    have a positive disagreement and a finite rank correlation; a single model is refused."""
+    have a positive disagreement and a finite rank correlation; one model has its error alone."""
     _, (a, b), _ = tiny
     generate_dataset(GenerationConfig("Cartpole", 400, trajectory_length=20, num_envs=20), tmp_path / "d.hdf5",
                      progress=False)
@@ -229,5 +232,7 @@ def test_calibration_measures_the_ensemble_against_the_true_error(tiny, tmp_path
     two = ensemble_calibration([a, b], tmp_path / "d.hdf5", max_windows=100)
     assert two["windows"] == 100 and two["mean_disagreement"] > 0 and 0 < two["within_one_sigma"] < 1
     assert -1 <= two["rank_correlation"] <= 1
-    with pytest.raises(UserError, match="two models or more"):
-        ensemble_calibration([a], tmp_path / "d.hdf5")
+    one = ensemble_calibration([a], tmp_path / "d.hdf5")
+    assert one["mean_error"] == same["mean_error"] and "mean_disagreement" not in one
+    with pytest.raises(UserError, match="at least one model"):
+        ensemble_calibration([], tmp_path / "d.hdf5")
