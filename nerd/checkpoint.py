@@ -63,9 +63,27 @@ def save_checkpoint(path: str | Path, model: NeRDModel, signature: RobotSignatur
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
+    try:
+        torch.save(payload, tmp)
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as err:
+        # A full disk surfaces as an OSError or as torch's RuntimeError from its zip writer; the previous file at
+        # ``path`` is untouched either way.
+        tmp.unlink(missing_ok=True)
+        if isinstance(err, RuntimeError) and not _disk_error(err):
+            raise
+        raise UserError(f"could not write {path} ({first_line(err)}); the previous {path.name}, if any, is intact "
+                        "(free some disk space and resume)") from err
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return path
+
+
+def _disk_error(err: RuntimeError) -> bool:
+    """Whether torch's writer failed on the file system (its zip writer reports a failed write, not ENOSPC)."""
+    text = str(err).lower()
+    return any(word in text for word in ("write", "file", "space"))
 
 
 def read_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> dict[str, Any]:
@@ -76,6 +94,8 @@ def read_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> dic
         UserError: If the file is not a nerd checkpoint (truncated, another format, unsafe pickled objects).
     """
     path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path} is a directory, not a checkpoint file (e.g. {path / 'nn' / 'best.pt'})")
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
     try:
@@ -136,8 +156,10 @@ def average_checkpoints(paths: Sequence[str | Path], device: str | torch.device 
     learned = {name for name, _ in model.named_parameters()}
     first = payload["model_state"]
     total = {name: first[name].double() for name in learned}
+    _check_finite_weights(paths[0], first, learned)
     for path in paths[1:]:
         _, other_signature, other = load_checkpoint(path, device)
+        _check_finite_weights(path, other["model_state"], learned)
         if other_signature != signature:
             raise UserError(f"{path} is for another robot or state layout than {paths[0]}; cannot average them")
         if other["model_config"] != payload["model_config"] or other["history_length"] != payload["history_length"]:
@@ -156,3 +178,11 @@ def average_checkpoints(paths: Sequence[str | Path], device: str | torch.device 
     payload = dict(payload, model_state=model.state_dict(), optimizer_state=None,
                    extra={"averaged_from": [str(p) for p in paths]})
     return model, signature, payload
+
+
+def _check_finite_weights(path: str | Path, state: dict[str, torch.Tensor], names: set[str]) -> None:
+    """Refuse a checkpoint whose learned weights hold NaN or inf (its mean with anything is not finite)."""
+    bad = sorted(name for name in names if not bool(torch.isfinite(state[name]).all()))
+    if bad:
+        raise UserError(f"{path} holds non-finite weights ({bad[0]}{' and more' if len(bad) > 1 else ''}); "
+                        "leave it out of the average")

@@ -128,12 +128,13 @@ def check_report_outputs(path: str | Path, overwrite: bool, plot: bool) -> tuple
     return output, png
 
 
-def write_report(output: Path, results: dict, table: str) -> None:
-    """Print a benchmark's Markdown table and write it and the results JSON (each file whole or not at all)."""
+def write_report(output: Path, results: dict, table: str, overwrite: bool = True) -> None:
+    """Print a benchmark's Markdown table and write it and the results JSON (each file whole or not at all; without
+    ``overwrite`` never over a file another process wrote meanwhile)."""
     print(table)
     output.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(output, json.dumps(results, indent=1))
-    write_text_atomic(output.with_suffix(".md"), table + "\n")
+    write_text_atomic(output, json.dumps(results, indent=1), overwrite)
+    write_text_atomic(output.with_suffix(".md"), table + "\n", overwrite)
 
 
 class Terminated(KeyboardInterrupt):

@@ -116,7 +116,8 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | None, env_
                      progress: bool = True, initial_states: str = INITIAL_STATES[0],
                      mass_matrix_refresh: str | None = None, robot_variant: str | None = None,
                      control_mode: str | None = None, compile_model: bool = False,
-                     evaluated_robot_variant: str | None = None, mirror: bool = False) -> dict[str, Any]:
+                     evaluated_robot_variant: str | None = None, mirror: bool = False,
+                     size_flags: str = "--num-envs, --num-rollouts or --rollout-horizon") -> dict[str, Any]:
     """Passive-motion errors of ``env_mode`` against the ground truth over ``num_rollouts`` trajectories.
 
     Args:
@@ -131,6 +132,7 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | None, env_
         compile_model: ``torch.compile`` the NeRD model's per-step prediction (see :class:`NeuralEnvironment`).
         mirror: Average each model's prediction with that of the robot's mirror image (our option, see
             :class:`NeuralEnvironment`).
+        size_flags: What a too-large request tells the user to lower (the caller's names for the sizes).
         evaluated_robot_variant: In ground-truth mode, evaluate *another* variant's ground truth against it (e.g. the
             CubeToss ``"sim"`` simulator against its ``"real"`` data: the error of a mismatched analytical model);
             None evaluates the same variant. In neural mode the model is the dynamics; a model of another variant
@@ -149,7 +151,7 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | None, env_
         error over steps 1..H, per metric).
     """
     if num_envs < 1 or num_rollouts < 1 or horizon < 1:
-        raise UserError("--num-envs, --num-rollouts and --rollout-horizon must be positive")
+        raise UserError(f"{size_flags.replace(' or ', ' and ')} must be positive")
     if env_mode == NEURAL and model_path is None:
         raise UserError("--env-mode neural needs --model-path")
     if evaluated_robot_variant is not None and env_mode != GROUND_TRUTH:
@@ -162,7 +164,7 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | None, env_
     state_dim = make_env(env_name, 1, contact_config=contact_config, robot_variant=robot_variant).state_dim
     check_memory(3 * (horizon + 1) * num_envs * state_dim * 4 + 2 * len(horizons) * num_rollouts * 8,
                  f"evaluating {num_rollouts:,} rollouts of {horizon:,} steps in batches of {num_envs:,} envs",
-                 device, "lower --num-envs, --num-rollouts or --rollout-horizon")
+                 device, f"lower {size_flags}")
     env = make_env(env_name, num_envs, device=device, contact_config=contact_config,
                    mass_matrix_refresh=mass_matrix_refresh, robot_variant=robot_variant, control_mode=control_mode)
     sample = initial_state_sampler(env, initial_states)
@@ -339,10 +341,12 @@ def _without_examples(results: dict[str, Any]) -> dict[str, Any]:
             for key, value in results.items() if key != "example_trajectories"}
 
 
-def write_results(results: dict[str, Any], json_path: str | Path, png_path: str | Path | None = None) -> None:
+def write_results(results: dict[str, Any], json_path: str | Path, png_path: str | Path | None = None,
+                  overwrite: bool = True) -> None:
     """Write the results as JSON and, optionally, a PNG: every metric's mean against the step, and below it a few
-    trajectories of both simulators for the joint coordinates with the largest error."""
-    write_text_atomic(json_path, json.dumps(_without_examples(results), indent=2))
+    trajectories of both simulators for the joint coordinates with the largest error. Without ``overwrite`` a JSON
+    that another process wrote meanwhile is an error, not replaced (:func:`~nerd.run_dir.write_text_atomic`)."""
+    write_text_atomic(json_path, json.dumps(_without_examples(results), indent=2), overwrite)
     if png_path is None:
         return
     import matplotlib

@@ -167,12 +167,13 @@ def dataset_field_shapes(env) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu", progress: bool = True
-                     ) -> GenerationSummary:
+def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu", progress: bool = True,
+                     overwrite: bool = False) -> GenerationSummary:
     """Generate a trajectory dataset into ``path`` (HDF5, see :mod:`nerd.datasets.hdf5`).
 
     The file appears under ``path`` only once generation has finished; an error or an interruption removes the
-    partial file.
+    partial file. An existing file at ``path`` is replaced only with ``overwrite``, also one that another process
+    finished meanwhile.
     """
     num_trajectories = math.ceil(cfg.num_transitions / cfg.trajectory_length)
     num_envs = min(cfg.num_envs, num_trajectories)
@@ -210,7 +211,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
     }
     buffers = {name: torch.empty(T, n, *shape, device=env.torch_device) for name, shape in field_shapes.items()}
     gravity = gravity_directions(env, n)
-    writer = TrajectoryWriter(path, field_shapes, T, attrs, compression=cfg.compression)
+    writer = TrajectoryWriter(path, field_shapes, T, attrs, compression=cfg.compression, overwrite=overwrite)
     kept = dropped = 0
     start = time.perf_counter()
     try:
@@ -238,12 +239,14 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
                         # An env whose state diverged (stiff random gains held over a frame can do that) has
                         # non-finite torques; it is stepped with zeros and its trajectory dropped below, as the
                         # release dropped it, instead of stopping the whole batch.
-                        env.step_with_joint_act(torch.nan_to_num(torques, nan=0.0, posinf=0.0, neginf=0.0))
+                        env.step_with_joint_act(torch.nan_to_num(torques, nan=0.0, posinf=0.0, neginf=0.0),
+                                                check_finite=False)
                         buffers["actions"][t] = actions
                     else:
                         torques = (torch.zeros(n, env.act_dim, device=env.torch_device) if cfg.passive
                                    else torque_noise.next())
-                        env.step_with_joint_act(torques)
+                        # Trajectories that diverge are dropped below, not raised.
+                        env.step_with_joint_act(torques, check_finite=False)
                     buffers["joint_acts"][t] = torques
                     buffers["next_states"][t] = env.get_states()
                     bar.update(n)

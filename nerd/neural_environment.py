@@ -130,6 +130,8 @@ class NeuralEnvironment:
             if self.integrator is not None:
                 self.integrator.observe(env.state_0, env.control, env.contacts)
             env.simulate_frame()
+            if check_finite:
+                env.check_states_finite()
             return
         self.integrator.step(env.state_0, env.state_0, env.control, env.contacts, env.frame_dt)
         env.refresh_contacts()

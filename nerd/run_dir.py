@@ -15,18 +15,38 @@ import yaml
 from nerd.errors import UserError
 
 
-def write_text_atomic(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file and a rename, so no reader sees half a file."""
+def write_text_atomic(path: str | Path, text: str, overwrite: bool = True) -> Path:
+    """Write ``text`` to ``path`` through a temporary file and a rename, so no reader sees half a file.
+
+    With ``overwrite=False`` the file is published only if ``path`` still does not exist at that moment (a hard
+    link, which fails on an existing name): a result that another process wrote meanwhile is never replaced.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
         tmp.write_text(text)
-        os.replace(tmp, path)
-    except BaseException:
+        publish(tmp, path, overwrite)
+    finally:
         tmp.unlink(missing_ok=True)
-        raise
     return path
+
+
+def publish(source: str | Path, path: str | Path, overwrite: bool) -> None:
+    """Move the finished file ``source`` to ``path``; without ``overwrite`` only if ``path`` does not exist then.
+
+    Raises:
+        FileExistsError: ``path`` exists and ``overwrite`` is False (``source`` is left in place).
+    """
+    if overwrite:
+        os.replace(source, path)
+        return
+    try:
+        os.link(source, path)
+    except FileExistsError:
+        raise FileExistsError(f"{path} was written by another process while this one ran; nothing was replaced "
+                              "(pass --overwrite to replace it)") from None
+    os.unlink(source)
 
 
 def git_description() -> dict[str, str]:
@@ -73,12 +93,7 @@ def new_run_dir(logdir: str | Path, entries: Iterable[str], overwrite: bool, che
     logdir = Path(logdir)
     entries = tuple(entries)
     aside = logdir / ".previous_run"
-    if aside.exists():  # left by a start that was killed (-9): the run it set aside, or one that did start
-        if any(logdir.glob(checkpoints)):
-            shutil.rmtree(aside)
-        else:
-            clear_run_dir(logdir, entries)
-            _restore(aside, logdir)
+    recover_previous_run(logdir, entries, checkpoints)
     check_run_dir(logdir, entries, overwrite)
     created = not logdir.exists()
     logdir.mkdir(parents=True, exist_ok=True)
@@ -101,6 +116,23 @@ def new_run_dir(logdir: str | Path, entries: Iterable[str], overwrite: bool, che
         raise
     if aside.exists():
         shutil.rmtree(aside)
+
+
+def recover_previous_run(logdir: str | Path, entries: Iterable[str], checkpoints: str) -> bool:
+    """Settle a ``logdir/.previous_run`` left by a replacing run that was killed (-9) inside :func:`new_run_dir`:
+    if the new run never wrote a ``checkpoints`` file, its outputs are removed and the previous run is put back
+    (returns True); otherwise the new run has taken over and the previous one is deleted."""
+    logdir = Path(logdir)
+    aside = logdir / ".previous_run"
+    if not aside.exists():
+        return False
+    if any(logdir.glob(checkpoints)):
+        shutil.rmtree(aside)
+        return False
+    clear_run_dir(logdir, entries)
+    _restore(aside, logdir)
+    print(f"{logdir}: restored the run that an interrupted --overwrite had set aside", flush=True)
+    return True
 
 
 def _restore(aside: Path, logdir: Path) -> None:

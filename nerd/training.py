@@ -31,11 +31,20 @@ from nerd.models import ModelConfig
 from nerd.models.nerd_model import NeRDModel
 from nerd.modes import INITIAL_STATES, NEURAL, InitialStates
 from nerd.representation import compute_target, states_to_anchor_frame
-from nerd.run_dir import check_run_dir, new_run_dir, write_run_record, write_text_atomic
+from nerd.run_dir import (
+    ExclusiveLock,
+    check_run_dir,
+    new_run_dir,
+    recover_previous_run,
+    write_run_record,
+    write_text_atomic,
+)
 
 RUN_DIR_ENTRIES = ("nn", "config.yaml", "git.yaml", "summary.yaml", "curve.csv", "curve.png")
 """What a training run writes in its directory besides TensorBoard events (what ``--overwrite`` removes)."""
 
+RUN_CHECKPOINT = "nn/last.pt"
+"""The file that makes a run resumable: a run that replaced another has started once it exists."""
 ROLLOUT_DIVERGED = "rollout_diverged"
 """Metric recorded (as inf) for an epoch whose rollout check produced non-finite states."""
 
@@ -163,7 +172,7 @@ class TrainConfig:
         for key in ("history_length", "batch_size", "num_epochs", "valid_batches", "unroll_steps"):
             check_range(key, getattr(self, key), low=1)
         check_range("batches_per_epoch", self.batches_per_epoch, low=1)
-        check_range("micro_batch_size", self.micro_batch_size, low=1)
+        check_range("micro_batch_size", self.micro_batch_size, low=1, high=self.batch_size)
         if self.micro_batch_size is not None and self.unroll_steps > 1:
             # The unrolled inputs of a batch form one autograd graph, which per-part backward passes would free.
             raise ConfigError("config key 'micro_batch_size': not supported with unroll_steps > 1; leave it unset")
@@ -282,6 +291,23 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int |
                         f"{rank.world_size}: each rank takes an equal share of every batch")
     torch.manual_seed(seed or 0)  # the same on every rank: identical initial weights (DDP also broadcasts rank 0's)
     logdir = Path(logdir)
+    if not rank.is_main:
+        return _train(cfg, logdir, device, seed, resume, init_from, overwrite, progress, rank)
+    # One run per directory: a second process would score the first one's checkpoints as its own. The lock sits
+    # beside the directory, so that a failed start leaves no directory behind.
+    logdir.parent.mkdir(parents=True, exist_ok=True)
+    lock = ExclusiveLock(logdir.parent / f".{logdir.name}.lock",
+                         f"another process is training in {logdir}; wait for it or choose another --logdir")
+    try:
+        # A run set aside by an --overwrite that was killed before the new run's first checkpoint comes back.
+        recover_previous_run(logdir, RUN_DIR_ENTRIES, RUN_CHECKPOINT)
+        return _train(cfg, logdir, device, seed, resume, init_from, overwrite, progress, rank)
+    finally:
+        lock.release()
+
+
+def _train(cfg: TrainConfig, logdir: Path, device: str, seed: int | None, resume: bool,
+           init_from: str | Path | None, overwrite: bool, progress: bool, rank: Rank) -> dict[str, Any]:
     if not resume and rank.is_main:
         check_run_dir(logdir, RUN_DIR_ENTRIES, overwrite)  # fail fast, before the datasets are read
     limits = _joint_limits(cfg, logdir / "nn" / "last.pt" if resume else init_from)
@@ -296,6 +322,16 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int |
             raise UserError(
                 f"the {name} dataset is for {data.signature.env_name}, but the config trains {cfg.env_name}")
     valid_data.signature.check_compatible(sig, what="validation dataset")
+    if cfg.batch_size > len(train_data):
+        raise ConfigError(f"config key 'batch_size': {cfg.batch_size} exceeds the {len(train_data):,} windows of "
+                          "the training data; lower it or train on more data")
+    from nerd.envs import env_class  # the engine, imported only when a run starts (the module stays engine-free)
+
+    robot_dt = env_class(cfg.env_name).frame_dt
+    for name, data in (("training", train_data), ("validation", valid_data)):
+        if not math.isclose(data.frame_dt, robot_dt, rel_tol=1e-9):
+            raise UserError(f"the {name} dataset's frames are {data.frame_dt:g} s, but {cfg.env_name} steps "
+                            f"{robot_dt:g} s per frame; regenerate it with generate_dataset.py")
     if cfg.unroll_steps > 1 and (sig.states_frame != "world" or sig.floating_base):
         raise UserError(f"unroll_steps > 1 supports world-frame robots without a floating base; "
                         f"{sig.env_name} is not one")
@@ -308,10 +344,15 @@ def train(cfg: TrainConfig, logdir: str | Path, device: str = "cpu", seed: int |
         raise UserError(f"the run in {logdir} was trained with seed {recorded}; resuming it with seed {seed} would "
                         f"change its batch orders (leave the seed out to continue with the run's own)")
     seed = seed if seed is not None else (recorded or 0)
+    ranks = previous.get("world_size")
+    if ranks is not None and ranks != rank.world_size and rank.is_main:
+        # Each rank draws its own share of every batch, so the batch orders differ from the run's from here on.
+        print(f"resuming a run trained on {ranks} process(es) on {rank.world_size}: the batch size stays "
+              f"{cfg.batch_size}, split over {rank.world_size}; the batch orders differ from here on", flush=True)
 
     # Rank 0 alone writes the run directory; the other ranks only train.
     run_dir = (nullcontext(logdir) if resume or not rank.is_main
-               else new_run_dir(logdir, RUN_DIR_ENTRIES, overwrite, "nn/*.pt"))
+               else new_run_dir(logdir, RUN_DIR_ENTRIES, overwrite, RUN_CHECKPOINT))
     averaged = _weight_average(cfg, model, previous, init_from) if rank.is_main else None
     with run_dir:
         return _train_loop(cfg, logdir, model, optimizer, start_epoch, best_score, train_data, valid_data, device,
@@ -343,6 +384,10 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
         loss_fn = torch.nn.parallel.DistributedDataParallel(_ModelLoss(model), device_ids=device_ids)
     batches = len(range(0, len(train_data), cfg.batch_size))
     steps_per_epoch = min(batches, cfg.batches_per_epoch or batches)
+    if cfg.batches_per_epoch is not None and cfg.batches_per_epoch > batches and rank.is_main:
+        # An epoch is one pass over the windows at most; say so rather than run fewer batches silently.
+        print(f"batches_per_epoch {cfg.batches_per_epoch} exceeds the {batches} batches of one pass over the "
+              f"{len(train_data):,} training windows; each epoch runs {batches}", flush=True)
     best_path, last_path = logdir / "nn" / "best.pt", logdir / "nn" / "last.pt"
     # The epoch's model for its rollout check, which loads it from a file. Not last.pt: a run stopped during the
     # check would resume after an epoch that has no record and was never a candidate for best.pt.
@@ -354,6 +399,8 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
     # A resumed run's summary and curve keep the epochs before the interruption.
     history: list[dict[str, float]] = list(previous.get("history", []))
     spent = float(previous.get("step_seconds", 0.0))
+    # Wall-clock seconds of the run's earlier sessions, so that a resumed run's summary counts the whole run.
+    earlier_seconds = float(previous.get("train_seconds", 0.0))
     started = time.perf_counter()
     # A resumed run continues its budget (and the learning rate that decays over it) where its last epoch ended.
     # The steps the interrupted run took (an epoch cut short by its budget has fewer than steps_per_epoch);
@@ -377,7 +424,7 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
             valid = validation_loss(model, valid_data, cfg.batch_size, cfg.valid_batches, seed + 1)
             # What --resume needs; ``history`` is the list itself, so last.pt, saved below, includes this epoch.
             resume_state = {"step_seconds": run.seconds, "optimizer_steps": run.step, "history": history,
-                            "seed": seed}
+                            "seed": seed, "world_size": rank.world_size}
             if cfg.rollout_eval.num_envs > 0:
                 save_checkpoint(check_path, model, sig, config_dict, history_length=cfg.history_length, epoch=epoch)
             try:
@@ -417,6 +464,7 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
                                        "best_checkpoint_by": cfg.best_checkpoint_by, "best_score": score})
             # Only a whole epoch (trained, checked, recorded, a candidate for best.pt) goes to last.pt, so a run
             # stopped anywhere in an epoch resumes at its start and keeps its whole curve.
+            resume_state["train_seconds"] = earlier_seconds + time.perf_counter() - started
             save_checkpoint(last_path, model, sig, config_dict, history_length=cfg.history_length, epoch=epoch,
                             optimizer=optimizer, extra=resume_state)
             write_training_curve(logdir, history)
@@ -433,7 +481,7 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
                "best_valid_loss": min((r["valid_loss"] for r in history), default=float("nan")),
                "best_checkpoint": str(best_path), "last_checkpoint": str(last_path),
                "averaged_checkpoint": str(averaged_path) if averaged is not None else None,
-               "train_seconds": time.perf_counter() - started, "epochs": history,
+               "train_seconds": earlier_seconds + time.perf_counter() - started, "epochs": history,
                "train_windows": len(train_data), "parameters": sum(p.numel() for p in model.parameters())}
     write_text_atomic(logdir / "summary.yaml", yaml.safe_dump(summary, sort_keys=False))
     return summary
@@ -554,6 +602,9 @@ def _init_or_resume(cfg: TrainConfig, train_data: TrajectoryWindows, logdir: Pat
             raise FileNotFoundError(f"nothing to resume: {last} does not exist (start the run without --resume)")
         model, ckpt_sig, payload = load_checkpoint(last, device)
         check_resume_config(cfg, model.cfg, payload)  # first: a changed config key says more than the layout
+        changes = resume_changes(cfg, payload)
+        if changes:
+            print(f"resuming with changed settings: {changes}", flush=True)
         ckpt_sig.check_compatible(sig, what="checkpoint")
         start_epoch, optimizer_state = payload["epoch"] + 1, payload["optimizer_state"]
         previous = dict(payload.get("extra") or {})
@@ -630,9 +681,21 @@ def check_resume_config(cfg: TrainConfig, model_cfg: ModelConfig, payload: dict[
     old_train = payload["config"].get("dataset", {}).get("train", "")
     if [p.resolve() for p in dataset_files(old_train)] != [p.resolve() for p in dataset_files(cfg.dataset.train)]:
         changed.append(f"dataset.train {old_train} -> {cfg.dataset.train}")
+    # The best checkpoint so far was scored by the old rule; a new rule cannot rank it against the coming epochs.
+    old_rule = payload["config"].get("best_checkpoint_by", "rollout")
+    if old_rule != cfg.best_checkpoint_by:
+        changed.append(f"best_checkpoint_by {old_rule} -> {cfg.best_checkpoint_by}")
     if changed:
         raise ConfigError(f"cannot resume with a changed {'; '.join(changed)}: the run's checkpoint holds the "
                           "old one; resume with the run's config, or start a new run with --init-from")
+
+
+def resume_changes(cfg: TrainConfig, payload: dict[str, Any]) -> str:
+    """The schedule keys a resume changes against the run's recorded config (``key old -> new``, empty if none),
+    so that a resumed run says what it does differently."""
+    old = {key: value for key, value in payload["config"].items() if key != "dataset"}
+    new = {key: value for key, value in to_dict(cfg).items() if key != "dataset"}
+    return _differences(old, new, "")
 
 
 def _differences(old: dict[str, Any], new: dict[str, Any], prefix: str) -> str:
@@ -640,11 +703,12 @@ def _differences(old: dict[str, Any], new: dict[str, Any], prefix: str) -> str:
     parts = []
     for key in sorted(set(old) | set(new)):
         a, b = old.get(key), new.get(key)
+        name = f"{prefix}.{key}" if prefix else key
         if isinstance(a, dict) and isinstance(b, dict):
             if a != b:
-                parts.append(_differences(a, b, f"{prefix}.{key}"))
+                parts.append(_differences(a, b, name))
         elif a != b:
-            parts.append(f"{prefix}.{key} {a} -> {b}")
+            parts.append(f"{name} {a} -> {b}")
     return ", ".join(parts)
 
 
@@ -785,6 +849,7 @@ def _evaluate_epoch(cfg: TrainConfig, checkpoint: Path, epoch: int, device: str,
             cfg.env_name, str(checkpoint), NEURAL, cfg.rollout_eval.num_envs, cfg.rollout_eval.num_envs,
             cfg.rollout_eval.horizon, cfg.rollout_eval.seed, device=device, progress=False,
             robot_variant=robot_variant or None, initial_states=cfg.rollout_eval.initial_states,
+            size_flags="rollout_eval.num_envs or rollout_eval.horizon",
         )["metrics"]
     except RolloutDivergedError as err:
         # An early, under-trained model's rollout may blow up; that is a measurement of this epoch, not a reason

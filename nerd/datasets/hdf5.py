@@ -10,7 +10,7 @@ trajectories to chunked, resizable datasets (memory does not grow with the datas
 from __future__ import annotations
 
 import json
-import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,8 @@ import h5py
 import numpy as np
 
 from nerd.errors import UserError
-from nerd.run_dir import ExclusiveLock
+from nerd.resources import format_bytes
+from nerd.run_dir import ExclusiveLock, publish
 
 TRAJECTORY_FIELDS = (
     "states",
@@ -41,6 +42,10 @@ class DatasetError(UserError):
     """A dataset file is missing, incomplete, corrupt or does not match what was asked for."""
 
 
+DISK_SLACK = 1 << 20
+"""Bytes kept free beyond twice a batch's raw size when appending (HDF5's own metadata and chunk overhead)."""
+
+
 class TrajectoryWriter:
     """Appends batches of trajectories to an HDF5 file, publishing it only when closed successfully.
 
@@ -51,11 +56,14 @@ class TrajectoryWriter:
         trajectory_length: Steps T per trajectory.
         attrs: File attributes (plain types; dicts and lists are stored as JSON strings).
         compression: h5py compression filter (``"lzf"`` is fast; ``None`` to disable).
+        overwrite: Replace a file at ``path``; otherwise one that exists when the writer starts, or appears before
+            it finishes, is an error (and stays as it was).
     """
 
     def __init__(self, path: str | Path, field_shapes: dict[str, tuple[int, ...]], trajectory_length: int,
-                 attrs: dict[str, Any], compression: str | None = "lzf"):
+                 attrs: dict[str, Any], compression: str | None = "lzf", overwrite: bool = False):
         self.path = Path(path)
+        self.overwrite = overwrite
         self.partial_path = self.path.with_name(self.path.name + ".partial")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # The lock is taken before the partial file is opened: a second writer of the same output must fail
@@ -63,6 +71,9 @@ class TrajectoryWriter:
         self._lock = ExclusiveLock(self.path.with_name(self.path.name + ".lock"),
                                    f"another process is writing {self.path}; wait for it or choose another output",
                                    DatasetError)
+        if self.path.exists() and not overwrite:
+            self._lock.release()
+            raise DatasetError(f"{self.path} already exists; pass --overwrite to replace it")
         try:
             self._file = h5py.File(self.partial_path, "w")
         except BaseException:
@@ -89,7 +100,18 @@ class TrajectoryWriter:
         self._file.attrs["complete"] = False
 
     def append(self, batch: dict[str, np.ndarray]) -> None:
-        """Append trajectories: each field (n, T, *field_shape)."""
+        """Append trajectories: each field (n, T, *field_shape).
+
+        Raises:
+            DatasetError: If the disk may not hold the batch (checked before writing: HDF5 does not recover from a
+                full disk, and can crash the process).
+        """
+        needed = 2 * sum(np.asarray(values).nbytes for values in batch.values()) + DISK_SLACK
+        free = shutil.disk_usage(self.partial_path.parent).free
+        if free < needed:
+            raise DatasetError(f"the disk holding {self.path} is nearly full ({format_bytes(free)} free, "
+                               f"{format_bytes(needed)} wanted for the next batch); free some space and generate "
+                               "again")
         n = None
         for name, dset in self._file["data"].items():
             values = batch[name]
@@ -114,7 +136,12 @@ class TrajectoryWriter:
             self._file.attrs[key] = json.dumps(value) if isinstance(value, (dict, list, tuple)) else value
         self._file.attrs["complete"] = True
         self._file.close()
-        os.replace(self.partial_path, self.path)
+        # Decided under the lock, at the moment of publishing: a file that appeared at the final name while this
+        # one was written (a second generation that checked before the first had finished) is never replaced.
+        try:
+            publish(self.partial_path, self.path, self.overwrite)
+        except FileExistsError as err:
+            raise DatasetError(str(err)) from None
         self._lock.release()
         return self.path
 
@@ -122,6 +149,8 @@ class TrajectoryWriter:
         """Close and delete the partial file (after an error or an interruption)."""
         try:
             self._file.close()
+        except (OSError, RuntimeError):
+            pass  # a file that cannot be finished (a full disk) is deleted all the same
         finally:
             self.partial_path.unlink(missing_ok=True)
             self._lock.release()

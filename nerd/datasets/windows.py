@@ -12,6 +12,7 @@ release's 100-step ones.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -106,6 +107,8 @@ class TrajectoryWindows:
                                    ) from err
             if file == files[0]:
                 self.signature = signature
+                self.frame_dt = float(attrs["frame_dt"])
+                """Seconds per transition of the data (the first file's; every part must share it)."""
                 # The parts are checked compatible with the first file, so its reflection factors serve them all.
                 self._mirror = mirror_sign_tensors(signature, self.mirror_signs) if self.mirror_signs else None
                 length = int(attrs["trajectory_length"])
@@ -113,6 +116,9 @@ class TrajectoryWindows:
                     raise DatasetError(f"{file}: history {history} is longer than its trajectories ({length} steps)")
             else:
                 signature.check_compatible(self.signature, what=f"dataset part {file}")
+                if not math.isclose(float(attrs["frame_dt"]), self.frame_dt, rel_tol=1e-9):
+                    raise DatasetError(f"{file}: frames of {float(attrs['frame_dt']):g} s, but {files[0]} has "
+                                       f"{self.frame_dt:g} s; a model learns one frame length")
                 if int(attrs["trajectory_length"]) < length:
                     raise DatasetError(f"{file}: trajectories of {attrs['trajectory_length']} steps, shorter than "
                                        f"the {length} of {files[0]}; list the part with the shortest trajectories "

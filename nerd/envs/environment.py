@@ -23,7 +23,7 @@ import torch
 import warp as wp
 
 from nerd.envs.contacts import GroundContacts
-from nerd.errors import UserError
+from nerd.errors import RolloutDivergedError, UserError
 
 SOLVERS = ("featherstone", "xpbd", "mujoco")
 """Ground-truth solvers by name. Featherstone is the paper's ground truth and the default."""
@@ -330,6 +330,9 @@ class Environment:
                 f"{self.name}: states must have shape ({expected}, {self.state_dim}), got {tuple(states.shape)}"
             )
         states = states.to(self.torch_device, torch.float32)
+        if not bool(torch.isfinite(states).all()):
+            raise UserError(f"{self.name}: states contain NaN or inf (rows "
+                            f"{(~torch.isfinite(states).all(dim=1)).nonzero().flatten().tolist()[:5]})")
         self._joint_q[rows] = states[:, : self.dof_q]
         self._joint_qd[rows] = states[:, self.dof_q :]
         self.sync_torch_writes()
@@ -411,10 +414,27 @@ class Environment:
             raise UserError(f"{self.name}: actions must have shape ({self.num_envs}, {self.action_dim}), "
                              f"got {tuple(actions.shape)}")
 
-    def step_with_joint_act(self, joint_acts: torch.Tensor) -> None:
-        """Advance one frame with joint torques (N, act_dim) held constant over the substeps."""
-        self.apply_joint_act(joint_acts)
+    def step_with_joint_act(self, joint_acts: torch.Tensor, check_finite: bool = True) -> None:
+        """Advance one frame with joint torques (N, act_dim) held constant over the substeps.
+
+        ``check_finite`` refuses non-finite torques and raises if the frame leaves a non-finite state (finite but
+        enormous torques can do that); off, both are the caller's to check (data generation drops such
+        trajectories).
+        """
+        self.apply_joint_act(joint_acts, check_finite)
         self.simulate_frame()
+        if check_finite:
+            self.check_states_finite()
+
+    def check_states_finite(self) -> None:
+        """Raise :class:`~nerd.errors.RolloutDivergedError` naming the envs whose state is not finite."""
+        self.torch_after_warp()
+        bad = ~torch.isfinite(torch.cat([self._joint_q, self._joint_qd], dim=1)).all(dim=1)
+        if bool(bad.any()):
+            envs = bad.nonzero().flatten().tolist()
+            raise RolloutDivergedError(f"{self.name}: the ground truth produced non-finite states in env(s) "
+                                       f"{envs[:5]}{' ...' if len(envs) > 5 else ''} (torques too large for the "
+                                       "solver?)")
 
     def apply_joint_act(self, joint_acts: torch.Tensor, check_finite: bool = True) -> None:
         """Set the joint torques (N, act_dim) [N·m or N] of the next frame in the solver's control.

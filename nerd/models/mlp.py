@@ -12,6 +12,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from nerd.config import check_range
 from nerd.errors import UserError
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
@@ -58,6 +59,10 @@ class MLPConfig:
     """Widths of the hidden layers (the release's encoder sizes)."""
     activation: Literal["relu", "tanh", "elu", "gelu"] = "relu"
     """Nonlinearity after each hidden layer."""
+
+    def __post_init__(self) -> None:
+        for i, width in enumerate(self.hidden):
+            check_range(f"hidden[{i}]", width, low=1)
 
 
 class MLPModel(nn.Module):

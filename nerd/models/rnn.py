@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from nerd.config import check_range
 from nerd.errors import UserError
 from nerd.models.mlp import build_mlp, check_tokens
 
@@ -23,6 +24,12 @@ class RNNConfig:
     """Number of stacked recurrent layers."""
     head_hidden: list[int] = field(default_factory=lambda: [64])
     """Hidden widths of the ReLU MLP head applied to the recurrent output at every step."""
+
+    def __post_init__(self) -> None:
+        check_range("hidden_size", self.hidden_size, low=1)
+        check_range("num_layers", self.num_layers, low=1)
+        for i, width in enumerate(self.head_hidden):
+            check_range(f"head_hidden[{i}]", width, low=1)
 
 
 class RNNModel(nn.Module):

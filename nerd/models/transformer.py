@@ -43,6 +43,8 @@ class TransformerConfig:
         for key in ("n_layer", "n_head", "n_embd", "block_size"):
             check_range(key, getattr(self, key), low=1)
         check_range("dropout", self.dropout, low=0, high=1)
+        for i, width in enumerate(self.head_hidden):
+            check_range(f"head_hidden[{i}]", width, low=1)
 
 
 class CausalSelfAttention(nn.Module):

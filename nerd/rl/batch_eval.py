@@ -138,10 +138,11 @@ def format_markdown(table: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_table(table: dict[str, Any], json_path: str | Path) -> Path:
-    """Write the table as JSON at ``json_path`` and as Markdown beside it (``.md``); returns the Markdown path."""
+def write_table(table: dict[str, Any], json_path: str | Path, overwrite: bool = True) -> Path:
+    """Write the table as JSON at ``json_path`` and as Markdown beside it (``.md``); returns the Markdown path.
+    Without ``overwrite``, files that another process wrote meanwhile are an error, not replaced."""
     json_path = Path(json_path)
     md_path = json_path.with_suffix(".md")
-    write_text_atomic(json_path, json.dumps(table, indent=2))
-    write_text_atomic(md_path, format_markdown(table) + "\n")
+    write_text_atomic(json_path, json.dumps(table, indent=2), overwrite)
+    write_text_atomic(md_path, format_markdown(table) + "\n", overwrite)
     return md_path

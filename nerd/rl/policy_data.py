@@ -123,7 +123,7 @@ def collect_policy_data(cfg: RLConfig, checkpoint: str | Path, path: str | Path,
                         actions = policy(task.observations(states, vec_env.last_actions)).clamp(-1.0, 1.0)
                         vec_env.last_actions = actions
                     torques = torch.nan_to_num(nenv.compute_torques(actions), 0.0, 0.0, 0.0)
-                    nenv.step_with_joint_act(torques)
+                    nenv.step_with_joint_act(torques, check_finite=False)  # diverged ones are dropped
                     if "actions" in buffers:
                         buffers["actions"][t] = actions
                     buffers["joint_acts"][t] = torques

@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> None:
     table = batch_evaluate(cfg, device)
     print(format_markdown(table))
     if output is not None:
-        md = write_table(table, output)
+        md = write_table(table, output, overwrite=args.overwrite)
         print(f"wrote {output} and {md}")
 
 

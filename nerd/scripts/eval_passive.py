@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
         print(format_config_table(runs))
     if output:
         results = runs[0] if len(runs) == 1 else {"contact_configs": {str(r["contact_config"]): r for r in runs}}
-        write_results(results, output, png)
+        write_results(results, output, png, overwrite=args.overwrite)
         print(f"wrote {output}" + (f" and {png}" if png else ""))
 
 

@@ -25,6 +25,7 @@ from nerd.cli import (
 )
 from nerd.distributed import device_for_rank, rank_from_env
 from nerd.envs import ENV_NAMES, env_class
+from nerd.errors import UserError
 from nerd.generation import TORQUE_SCALES, GenerationConfig, generate_dataset
 from nerd.modes import INITIAL_STATES
 
@@ -85,6 +86,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     env_class(args.env_name)  # an unknown robot fails here, naming the valid ones
 
+    if Path(args.dataset_name).name != args.dataset_name or args.dataset_name in ("", ".", ".."):
+        raise UserError(f"--dataset-name must be a file name, not a path ({args.dataset_name!r}); put folders in "
+                        "--dataset-dir")
     name = args.dataset_name if Path(args.dataset_name).suffix else args.dataset_name + ".hdf5"
     rank = rank_from_env()
     num_transitions, seed, path = args.num_transitions, args.seed, Path(args.dataset_dir) / name
@@ -105,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
         compression=None if args.compression == "none" else args.compression,
     )
     summary = generate_dataset(cfg, path, device=device_for_rank(resolve_device(args.device), rank),
-                               progress=rank.is_main)
+                               progress=rank.is_main, overwrite=args.overwrite)
     print(f"wrote {summary.path}: {summary.num_trajectories} trajectories, {summary.num_transitions} transitions, "
           f"{summary.num_dropped} dropped, {summary.seconds:.1f} s "
           f"({summary.transitions_per_second:,.0f} transitions/s)")

@@ -25,7 +25,7 @@ from nerd.cli import (
     add_control_mode_arg,
     add_overrides_arg,
     add_robot_variant_arg,
-    check_output,
+    check_json_output,
     make_parser,
     resolve_device,
     run_main,
@@ -99,12 +99,12 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     if args.playback is not None:
-        output = check_output(args.output, args.overwrite) if args.output else None
+        output = check_json_output(args.output, args.overwrite, None)[0] if args.output else None
         result = play_policy(cfg, args.playback, args.num_games, device, args.seed, args.num_envs)
         print(format_playback(result))
         if output:
             output.parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(output, json.dumps(result, indent=2))
+            write_text_atomic(output, json.dumps(result, indent=2), overwrite=args.overwrite)
             print(f"wrote {output}")
         return
 

@@ -283,15 +283,16 @@ def test_summary_and_plot_name_coordinates_with_units(pendulum_dataset, tmp_path
 
 def test_controller_robot_records_actions_and_pd_torques_and_drops_a_diverged_env(tmp_path, monkeypatch):
     """Anymal data goes through its PD law with per-env random gains: the file holds the actions and the torques
-    the law produced (consistent with Kp, Kd in [30, 200] x [0, 1]); an env whose state turns non-finite is dropped
-    with its trajectory while the others finish."""
+    the law produced (consistent with Kp, Kd in [30, 200] x [0, 1]); an env whose state diverges is dropped with
+    its trajectory while the others finish."""
     from nerd.envs.anymal import Anymal, default_joint_q
 
     sample = Anymal.sample_initial_states
 
     def with_one_broken_env(self, n, generator):
         states = sample(self, n, generator)
-        states[0, 20] = float("nan")
+        # A state far beyond the divergence threshold (NaN states are refused on writing, by design).
+        states[0, 20] = 1e30
         return states
 
     monkeypatch.setattr(Anymal, "sample_initial_states", with_one_broken_env)

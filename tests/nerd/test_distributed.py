@@ -69,8 +69,9 @@ def test_two_process_training_keeps_replicas_identical_and_the_loss_falls(sharde
     # Only rank 0 wrote: one TensorBoard event file.
     assert len(list((sharded_data / "runs/ddp").glob("events.out.tfevents*"))) == 1
 
-    run([str(REPO / "train/train.py"), "--logdir", "runs/ddp", "--resume", "--cfg-overrides", "num_epochs=3"],
-        sharded_data)
+    out = run([str(REPO / "train/train.py"), "--logdir", "runs/ddp", "--resume", "--cfg-overrides", "num_epochs=3"],
+              sharded_data)
+    assert "resuming a run trained on 2 process(es) on 1" in out  # not silently
     resumed = yaml.safe_load((sharded_data / "runs/ddp/summary.yaml").read_text())
     assert resumed["world_size"] == 1 and resumed["optimizer_steps"] == 45
     assert [e["epoch"] for e in resumed["epochs"]] == [0, 1, 2]  # the 2-process epochs are kept

@@ -230,3 +230,225 @@ def test_giant_requests_are_refused_up_front_with_what_they_need(tmp_path, monke
     for num_envs, num_rollouts in ((64, 10**9), (10**9, 10**9)):
         with pytest.raises(UserError, match=r"needs at least .* [GT]iB of memory on cpu, 16.0 GiB is available"):
             evaluate_passive("Cartpole", None, "ground-truth", num_envs, num_rollouts, 1000, seed=0, progress=False)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The second probe (issue 43): concurrent runs, interrupted overwrites, values that mislead, silent NaN.
+
+def tiny_train_config(dataset: Path, **changes) -> TrainConfig:
+    data = {"env_name": "Cartpole", "batch_size": 16, "num_epochs": 1, "batches_per_epoch": 2, "valid_batches": 1,
+            "model": {"type": "transformer", "transformer": {"n_layer": 1, "n_head": 2, "n_embd": 16,
+                                                             "block_size": 16, "head_hidden": [16]}},
+            "rollout_eval": {"num_envs": 2, "horizon": 5},
+            "dataset": {"train": str(dataset), "valid": str(dataset)}}
+    data.update(changes)
+    return from_dict(TrainConfig, data)
+
+
+def test_a_second_training_in_the_same_run_directory_is_refused(small_dataset, tmp_path):
+    """While one process trains in a directory, another one's start is one error; nothing is written."""
+    from nerd.run_dir import ExclusiveLock
+    from nerd.training import train
+
+    held = ExclusiveLock(tmp_path / ".run.lock", "held")
+    try:
+        with pytest.raises(UserError, match="another process is training in"):
+            train(tiny_train_config(small_dataset), tmp_path / "run", progress=False)
+    finally:
+        held.release()
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_dataset_finished_meanwhile_at_the_same_name_is_never_replaced(tmp_path):
+    """The existence check is repeated under the lock when the file is published: a file another generation
+    finished while this one ran stays as it was, and this one fails with one error."""
+    path = tmp_path / "d.hdf5"
+    writer = TrajectoryWriter(path, {"states": (2,)}, 3, {"env_name": "x"})
+    writer.append({"states": np.ones((4, 3, 2), dtype=np.float32)})
+    path.write_text("finished by the other process")
+    with pytest.raises(DatasetError, match="written by another process"):
+        writer.close()
+    writer.abort()
+    assert path.read_text() == "finished by the other process"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.hdf5"]
+    with pytest.raises(DatasetError, match="already exists"):
+        TrajectoryWriter(path, {"states": (2,)}, 3, {"env_name": "x"})
+    TrajectoryWriter(path, {"states": (2,)}, 3, {"env_name": "x"}, overwrite=True).close()
+    assert h5py.is_hdf5(path)
+
+
+def test_a_result_written_meanwhile_by_another_run_is_never_replaced(tmp_path):
+    """Without --overwrite a result file is published only if nobody wrote it meanwhile (two evaluations with one
+    --output: the second fails instead of both reporting 'wrote')."""
+    from nerd.rl.batch_eval import write_table
+
+    target = write_text_atomic(tmp_path / "r.json", "first", overwrite=False)
+    with pytest.raises(FileExistsError, match="written by another process"):
+        write_text_atomic(target, "second", overwrite=False)
+    assert target.read_text() == "first" and sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+    table = {"robot": "Cartpole", "task": "swingup", "simulators": [], "rows": [], "config": {"seed": 0}}
+    with pytest.raises(FileExistsError):
+        write_table(table, target, overwrite=False)
+
+
+def test_an_overwrite_killed_before_its_first_checkpoint_gives_the_old_run_back(tmp_path):
+    """An --overwrite killed after its epoch check but before nn/last.pt: the next start (or --resume) puts the
+    old run back instead of deleting it."""
+    from nerd.run_dir import recover_previous_run
+    from nerd.training import RUN_CHECKPOINT, RUN_DIR_ENTRIES
+
+    run = tmp_path / "run"
+    (run / ".previous_run" / "nn").mkdir(parents=True)
+    (run / ".previous_run" / "nn" / "last.pt").write_text("old run")
+    (run / ".previous_run" / "config.yaml").write_text("old")
+    (run / "nn").mkdir()
+    (run / "nn" / "epoch_check.pt").write_text("new run's first check")
+    (run / "config.yaml").write_text("new")
+    assert recover_previous_run(run, RUN_DIR_ENTRIES, RUN_CHECKPOINT)
+    assert (run / "nn/last.pt").read_text() == "old run" and (run / "config.yaml").read_text() == "old"
+    assert not (run / ".previous_run").exists() and not (run / "nn/epoch_check.pt").exists()
+
+
+def test_resume_names_changed_settings_and_refuses_a_changed_selection_rule(small_dataset):
+    from nerd.training import check_resume_config, resume_changes
+
+    old = tiny_train_config(small_dataset)
+    payload = {"config": dataclass_dict(old), "history_length": old.history_length}
+    new = tiny_train_config(small_dataset, lr_start=3e-4, batch_size=32)
+    assert resume_changes(new, payload) == "batch_size 16 -> 32, lr_start 0.001 -> 0.0003"
+    check_resume_config(new, old.model, payload)
+    with pytest.raises(ConfigError, match="best_checkpoint_by rollout -> valid_loss"):
+        check_resume_config(tiny_train_config(small_dataset, best_checkpoint_by="valid_loss"), old.model, payload)
+
+
+def dataclass_dict(cfg) -> dict:
+    from nerd.config import to_dict
+
+    return to_dict(cfg)
+
+
+def test_values_that_do_not_mean_what_they_say_are_refused_or_named(small_dataset, tmp_path, capsys):
+    from nerd.checkpoint import read_checkpoint
+    from nerd.training import train
+
+    for override, key in ((["model.type=mlp", "model.mlp.hidden=[-5]"], "model.mlp.hidden[0]"),
+                          (["model.type=gru", "model.rnn.hidden_size=-1"], "model.rnn.hidden_size"),
+                          (["micro_batch_size=600"], "micro_batch_size")):
+        data = apply_overrides({"env_name": "Cartpole", "batch_size": 512}, override)
+        with pytest.raises(ConfigError, match=key.replace("[", r"\[").replace("]", r"\]")):
+            from_dict(TrainConfig, data)
+    # 10 trajectories of 20 steps hold 110 windows of 10.
+    with pytest.raises(ConfigError, match="'batch_size': 100000000 exceeds the 110 windows"):
+        train(tiny_train_config(small_dataset, batch_size=100_000_000), tmp_path / "big", progress=False)
+    summary = train(tiny_train_config(small_dataset, batches_per_epoch=200), tmp_path / "run", progress=False)
+    assert "batches_per_epoch 200 exceeds the 7 batches" in capsys.readouterr().out
+    # A resumed finished run reports the whole run's time, not the resume's.
+    again = train(tiny_train_config(small_dataset, batches_per_epoch=200), tmp_path / "run", resume=True,
+                  progress=False)
+    stored = read_checkpoint(tmp_path / "run/nn/last.pt")["extra"]["train_seconds"]
+    assert sum(e["epoch_seconds"] for e in summary["epochs"]) <= stored <= again["train_seconds"]
+    # The rollout check's size error names the config keys, not another command's flags.
+    with pytest.raises(UserError, match="lower rollout_eval.num_envs or rollout_eval.horizon"):
+        train(tiny_train_config(small_dataset, rollout_eval={"num_envs": 10**7, "horizon": 10**4}),
+              tmp_path / "huge", progress=False)
+
+
+def test_a_dataset_of_another_frame_length_is_refused(small_dataset, tmp_path):
+    from nerd.training import train
+
+    other = tmp_path / "other.hdf5"
+    other.write_bytes(small_dataset.read_bytes())
+    with h5py.File(other, "r+") as f:
+        f.attrs["frame_dt"] = 0.01
+    with pytest.raises(UserError, match="frames are 0.01 s, but Cartpole steps 0.0166667 s"):
+        train(tiny_train_config(other), tmp_path / "run", progress=False)
+    with pytest.raises(DatasetError, match="a model learns one frame length"):
+        TrajectoryWindows([small_dataset, other], 10)
+
+
+def test_averaging_a_checkpoint_with_non_finite_weights_is_refused(tmp_path):
+    from nerd.checkpoint import average_checkpoints, save_checkpoint
+    from nerd.features import signature_of_env
+    from nerd.models import ModelConfig
+    from nerd.models.nerd_model import NeRDModel
+
+    sig = signature_of_env(make_env("Cartpole", 1))
+    cfg = ModelConfig(type="transformer", transformer=TransformerConfig(n_layer=1, n_head=2, n_embd=16,
+                                                                        block_size=16, head_hidden=[16]))
+    model = NeRDModel(sig.input_groups, sig.target_dim, cfg)
+    save_checkpoint(tmp_path / "a.pt", model, sig, {"history_length": 10}, history_length=10)
+    with torch.no_grad():
+        next(model.parameters())[0] = float("nan")
+    save_checkpoint(tmp_path / "b.pt", model, sig, {"history_length": 10}, history_length=10)
+    with pytest.raises(UserError, match="b.pt holds non-finite weights"):
+        average_checkpoints([tmp_path / "a.pt", tmp_path / "b.pt"])
+
+
+def test_huge_torques_and_nan_states_are_errors_in_the_ground_truth():
+    """Finite torques that blow the solver up, and NaN written into a state, are errors, not silent NaN states."""
+    from nerd.errors import RolloutDivergedError
+    from nerd.neural_environment import NeuralEnvironment
+
+    env = make_env("Cartpole", 2)
+    with pytest.raises(RolloutDivergedError, match="non-finite states"):
+        env.step_with_joint_act(torch.full((2, env.act_dim), 1e30))
+    env = make_env("Cartpole", 2)
+    nenv = NeuralEnvironment(env, None, env_mode="ground-truth")
+    with pytest.raises(RolloutDivergedError, match="non-finite states"):
+        nenv.step_with_joint_act(torch.full((2, env.act_dim), 1e30))
+    states = torch.zeros(2, env.state_dim)
+    states[1, 0] = float("nan")
+    with pytest.raises(UserError, match=r"states contain NaN or inf \(rows \[1\]\)"):
+        make_env("Cartpole", 2).set_states(states)
+
+
+def test_small_command_line_mistakes_are_one_line_errors(tmp_path):
+    """A dataset name that is a path, a playback --output that is not JSON, a model path that is a directory."""
+    from nerd.checkpoint import read_checkpoint
+    from nerd.scripts.generate import main as generate_main
+    from nerd.scripts.rl import main as rl_main
+
+    with pytest.raises(UserError, match="--dataset-name must be a file name"):
+        generate_main(["--env-name", "Cartpole", "--num-transitions", "100", "--dataset-dir", str(tmp_path),
+                       "--dataset-name", "../../x"])
+    with pytest.raises(UserError, match="give a .json path"):
+        rl_main(["--rl-cfg", str(REPO / "cfg/rl/Cartpole/swingup_cpu.yaml"), "--env-mode", "ground-truth",
+                 "--playback", str(tmp_path / "p.pth"), "--output", str(tmp_path / "p.png")])
+    with pytest.raises(UserError, match="is a directory, not a checkpoint file"):
+        read_checkpoint(tmp_path)
+
+
+def test_a_full_disk_is_one_error_and_leaves_nothing_behind(tmp_path, monkeypatch):
+    """Generation stops before HDF5 writes to a disk that cannot hold the next batch (HDF5 can crash on a full
+    disk) and removes its partial and lock files; a checkpoint that cannot be written leaves the previous one as it
+    was and no temporary file."""
+    import collections
+
+    from nerd.checkpoint import save_checkpoint
+    from nerd.datasets import hdf5
+    from nerd.features import signature_of_env
+    from nerd.models import ModelConfig
+    from nerd.models.nerd_model import NeRDModel
+
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(hdf5.shutil, "disk_usage", lambda path: usage(10**6, 9 * 10**5, 10**5))
+    with pytest.raises(DatasetError, match="is nearly full"):
+        generate_dataset(GenerationConfig("Cartpole", 200, trajectory_length=20, num_envs=10), tmp_path / "d.hdf5",
+                         progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+    sig = signature_of_env(make_env("Cartpole", 1))
+    cfg = ModelConfig(type="transformer", transformer=TransformerConfig(n_layer=1, n_head=2, n_embd=16,
+                                                                        block_size=16, head_hidden=[16]))
+    model = NeRDModel(sig.input_groups, sig.target_dim, cfg)
+    path = save_checkpoint(tmp_path / "last.pt", model, sig, {}, history_length=10)
+    before = path.read_bytes()
+
+    def full(obj, f, *args, **kwargs):
+        Path(f).write_bytes(b"half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full)
+    with pytest.raises(UserError, match="could not write .*last.pt .*No space left on device.*is intact"):
+        save_checkpoint(path, model, sig, {}, history_length=10, epoch=1)
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]

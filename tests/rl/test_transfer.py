@@ -145,7 +145,7 @@ def loop_config(root, models, **changes) -> TransferConfig:
         if not (root / f"base_{split}.hdf5").exists():
             generate_dataset(GenerationConfig("Cartpole", 200, trajectory_length=10, num_envs=20, seed=seed),
                              root / f"base_{split}.hdf5", progress=False)
-    train_cfg = {"env_name": "Cartpole", "model": TINY_MODEL, "batch_size": 32, "batches_per_epoch": 5,
+    train_cfg = {"env_name": "Cartpole", "model": TINY_MODEL, "batch_size": 16, "batches_per_epoch": 5,
                  "valid_batches": 2, "rollout_eval": {"num_envs": 4, "horizon": 10},
                  "dataset": {"train": "unused", "valid": "unused"}}
     (root / "train.yaml").write_text(yaml.safe_dump(train_cfg))
