@@ -28,9 +28,10 @@ from nerd.distributed import Rank, current_rank, replica_checksums
 from nerd.errors import RolloutDivergedError, UserError, first_line
 from nerd.features import RobotSignature, robot_joint_limits, robot_mirror_signs
 from nerd.models import ModelConfig
-from nerd.models.nerd_model import NeRDModel
+from nerd.models.nerd_model import NeRDModel, model_bytes
 from nerd.modes import INITIAL_STATES, NEURAL, InitialStates
 from nerd.representation import compute_target, states_to_anchor_frame
+from nerd.resources import check_memory
 from nerd.run_dir import (
     ExclusiveLock,
     check_run_dir,
@@ -43,6 +44,8 @@ from nerd.run_dir import (
 RUN_DIR_ENTRIES = ("nn", "config.yaml", "git.yaml", "summary.yaml", "curve.csv", "curve.png")
 """What a training run writes in its directory besides TensorBoard events (what ``--overwrite`` removes)."""
 
+MODEL_SIZE_SECTION = {"transformer": "transformer", "mlp": "mlp", "gru": "rnn", "lstm": "rnn"}
+"""The config section that sizes each backbone type."""
 RUN_CHECKPOINT = "nn/last.pt"
 """The file that makes a run resumable: a run that replaced another has started once it exists."""
 ROLLOUT_DIVERGED = "rollout_diverged"
@@ -629,6 +632,11 @@ def _init_or_resume(cfg: TrainConfig, train_data: TrajectoryWindows, logdir: Pat
                               f"({_differences(to_dict(model.cfg), to_dict(cfg.model), 'model')}); "
                               "make the config's model section match the checkpoint's")
     else:
+        # Weights, gradients and Adam's two moments: a size the allocator would refuse with a traceback is one line.
+        parameters, size = model_bytes(sig.input_groups, sig.target_dim, cfg.model)
+        section = f"model.{MODEL_SIZE_SECTION.get(cfg.model.type, cfg.model.type)}"
+        check_memory(4 * size, f"a model of {parameters:,} parameters (weights, gradients, Adam's moments)", device,
+                     f"lower the model's sizes (config section '{section}')")
         model = NeRDModel(sig.input_groups, sig.target_dim, cfg.model).to(device)
         # Statistics of every step of the training set, computed once.
         inputs = {k: v.flatten(0, 1) for k, v in train_data.inputs.items()}

@@ -268,3 +268,12 @@ class NeRDModel(nn.Module):
         if self.skip is not None:
             out = out + self.skip(tokens[rows, last])
         return out
+
+
+def model_bytes(input_groups: Mapping[str, int], output_dim: int, cfg: ModelConfig) -> tuple[int, int]:
+    """(parameters, bytes of parameters and buffers) of the model ``cfg`` describes, counted on torch's meta device,
+    so that a model too large for memory is measured without allocating it."""
+    with torch.device("meta"):
+        model = NeRDModel(input_groups, output_dim, cfg)
+    tensors = [*model.parameters(), *model.buffers()]
+    return sum(p.numel() for p in model.parameters()), sum(t.numel() * t.element_size() for t in tensors)

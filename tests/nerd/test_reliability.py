@@ -452,3 +452,16 @@ def test_a_full_disk_is_one_error_and_leaves_nothing_behind(tmp_path, monkeypatc
     with pytest.raises(UserError, match="could not write .*last.pt .*No space left on device.*is intact"):
         save_checkpoint(path, model, sig, {}, history_length=10, epoch=1)
     assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]
+
+
+def test_a_model_too_large_for_memory_is_one_error_naming_its_section(small_dataset, tmp_path):
+    """n_embd = 32768 and block_size = 1e8 are measured on torch's meta device and refused before anything is
+    allocated (they ended in an allocator traceback)."""
+    from nerd.training import train
+
+    model = {"type": "transformer", "transformer": {"n_layer": 3, "n_head": 4, "n_embd": 32768,
+                                                    "block_size": 100_000_000, "head_hidden": [16]}}
+    with pytest.raises(UserError, match=r"a model of [\d,]+ parameters .* lower the model's sizes \(config section "
+                                        r"'model.transformer'\)"):
+        train(tiny_train_config(small_dataset, model=model), tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
