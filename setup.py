@@ -44,6 +44,7 @@ console_scripts = [
     "nerd-rl=nerd.scripts.rl:cli",
     "nerd-batch-eval=nerd.scripts.batch_eval:cli",
     "nerd-transfer=nerd.scripts.transfer:cli",
+    "nerd-data-range=nerd.scripts.data_range:cli",
 ]
 
 setup(

@@ -60,6 +60,8 @@ def save_checkpoint(path: str | Path, model: NeRDModel, signature: RobotSignatur
         "optimizer_state": optimizer.state_dict() if optimizer is not None else None,
         "extra": extra or {},
     }
+    if model.data_range is not None:
+        payload["data_range"] = {"low": model.data_range[0].detach().cpu(), "high": model.data_range[1].detach().cpu()}
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
@@ -126,6 +128,11 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu"
         model_cfg = from_dict(ModelConfig, model_config)
         model = NeRDModel(signature.input_groups, signature.target_dim, model_cfg)
         model.load_state_dict(payload["model_state"])
+        if "data_range" in payload:
+            low, high = payload["data_range"]["low"].float().cpu(), payload["data_range"]["high"].float().cpu()
+            if low.shape != (model.input_dim,) or high.shape != (model.input_dim,):
+                raise TypeError(f"data_range must hold {model.input_dim} values per bound, got {tuple(low.shape)}")
+            model.data_range = (low, high)
         # Files written before history_length was a field of its own state it in their training config only.
         config = payload.get("config")
         legacy = config.get("history_length") if isinstance(config, dict) else None

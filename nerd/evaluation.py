@@ -117,7 +117,8 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | None, env_
                      mass_matrix_refresh: str | None = None, robot_variant: str | None = None,
                      control_mode: str | None = None, compile_model: bool = False,
                      evaluated_robot_variant: str | None = None, mirror: bool = False,
-                     size_flags: str = "--num-envs, --num-rollouts or --rollout-horizon") -> dict[str, Any]:
+                     size_flags: str = "--num-envs, --num-rollouts or --rollout-horizon", data_margin: float = 0.1,
+                     strict_data_range: bool = False) -> dict[str, Any]:
     """Passive-motion errors of ``env_mode`` against the ground truth over ``num_rollouts`` trajectories.
 
     Args:
@@ -133,6 +134,10 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | None, env_
         mirror: Average each model's prediction with that of the robot's mirror image (our option, see
             :class:`NeuralEnvironment`).
         size_flags: What a too-large request tells the user to lower (the caller's names for the sizes).
+        data_margin: In neural mode with a model that keeps its training data's range, count the steps whose inputs
+            lie beyond that range by more than this fraction of it (``outside_data`` in the results).
+        strict_data_range: Raise a UserError at the first step that leaves the range (with ``data_margin``)
+            instead of counting.
         evaluated_robot_variant: In ground-truth mode, evaluate *another* variant's ground truth against it (e.g. the
             CubeToss ``"sim"`` simulator against its ``"real"`` data: the error of a mismatched analytical model);
             None evaluates the same variant. In neural mode the model is the dynamics; a model of another variant
@@ -191,11 +196,23 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | None, env_
     ensemble = evaluated.integrator if (env_mode == NEURAL and isinstance(evaluated.integrator,
                                                                           NeRDEnsembleIntegrator)) else None
     disagreement_sum, disagreement_means, steps_disagreement = 0, [], []
+    # Steps whose inputs left the model's training data: NeRD's numbers there are extrapolation.
+    steps_outside: list[torch.Tensor] = []
+    outside_shares: list[torch.Tensor] = []
+    step_in_batch = [0]
 
     def evaluated_step() -> None:
         bar.update()
+        step_in_batch[0] += 1
         if ensemble is not None:
             steps_disagreement.append(ensemble.disagreement)
+        outside = evaluated.outside_data(data_margin) if env_mode == NEURAL else None
+        if outside is not None:
+            steps_outside.append(outside)
+            if strict_data_range and bool(outside.any()):
+                raise UserError(f"{env_name}: at step {step_in_batch[0]} of a rollout, {int(outside.sum())} of "
+                                f"{len(outside)} envs read inputs beyond the model's training data (margin "
+                                f"{data_margin:g} of each input's range); NeRD extrapolates there")
 
     # Progress over steps, not batches: one batch of a long horizon takes minutes.
     bar = tqdm(total=batches * 2 * horizon, desc=f"{env_name} {env_mode} vs ground truth", unit="step",
@@ -206,6 +223,8 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | None, env_
         gt = rollout(nenv, initial, horizon, GROUND_TRUTH, on_step=bar.update)
         middle = time.perf_counter()
         steps_disagreement.clear()
+        steps_outside.clear()
+        step_in_batch[0] = 0
         pred = rollout(evaluated, initial, horizon, env_mode, on_step=evaluated_step)
         seconds["ground_truth"] += middle - start
         seconds["evaluated"] += time.perf_counter() - middle
@@ -218,6 +237,8 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | None, env_
             if name != "per_dof":
                 cumulative = value.double().cumsum(dim=0)[last_steps]  # (len(horizons), keep)
                 trajectory_means.setdefault(name, []).append(cumulative / step_counts)
+        if steps_outside:
+            outside_shares.append(torch.stack(steps_outside)[:, :keep].double().mean(dim=0))  # (keep,)
         if ensemble is not None:
             disagreement = torch.stack(steps_disagreement)[:, :keep].double()  # (H, keep)
             disagreement_sum = disagreement_sum + disagreement.sum(dim=1)
@@ -234,6 +255,10 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | None, env_
     steps = batches * num_envs * horizon
     units = metric_units(env)
     extra = {}
+    if outside_shares:
+        shares = torch.cat(outside_shares)
+        extra["outside_data"] = {"margin": data_margin, "mean_share_of_steps": float(shares.mean()),
+                                 "rollouts_outside": int((shares > 0).sum()), "num_rollouts": len(shares)}
     if ensemble is not None:
         # Each rollout's mean disagreement over steps 1..H against its mean error over the same steps.
         per_rollout = torch.cat(disagreement_means)
@@ -319,6 +344,11 @@ def format_results(results: dict[str, Any]) -> str:
         lines.append(f"ensemble disagreement (members' target spread / target std): mean {dis['mean']:.4f}; rank "
                      f"correlation of each rollout's mean with its error at H={results['rollout_horizon']}: "
                      + ", ".join(f"{name} {r:+.2f}" for name, r in dis["rank_correlation_with_error"].items()))
+    if "outside_data" in results:
+        out = results["outside_data"]
+        lines.append(f"outside the model's training data (margin {out['margin']:g} of each input's range): "
+                     f"{100 * out['mean_share_of_steps']:.1f} % of steps; {out['rollouts_outside']} of "
+                     f"{out['num_rollouts']} rollouts left it")
     return "\n".join(lines)
 
 

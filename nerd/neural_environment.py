@@ -102,6 +102,12 @@ class NeuralEnvironment:
             raise UserError("neural mode needs a NeRD model; pass nerd_model or use from_checkpoint()")
         self.env_mode = env_mode
 
+    def outside_data(self, margin: float = 0.1) -> torch.Tensor | None:
+        """(N,) whether the inputs of the last NeRD step (or the last ground-truth frame's, as NeRD would read them)
+        left the model's training data by more than ``margin`` of each input's range; None without a model or a
+        model that keeps no range (:meth:`~nerd.integrator.NeRDIntegrator.outside_data`)."""
+        return None if self.integrator is None else self.integrator.outside_data(margin)
+
     def set_nan_check(self, enabled: bool) -> None:
         """Raise on a non-finite neural state (on, the default) or leave divergence to the caller (off)."""
         if self.integrator is not None:

@@ -641,6 +641,13 @@ def _init_or_resume(cfg: TrainConfig, train_data: TrajectoryWindows, logdir: Pat
         # Statistics of every step of the training set, computed once.
         inputs = {k: v.flatten(0, 1) for k, v in train_data.inputs.items()}
         model.update_statistics(inputs, train_data.targets.flatten(0, 1))
+    # The range of the data the model has seen (a fine-tune's: its start's and the new data's), for the integrator's
+    # report of rollouts that leave it. A resumed run keeps its checkpoint's.
+    low, high = train_data.input_range(list(model.input_groups))
+    previous_range = model.data_range if (resume or init_from is not None) else None
+    if previous_range is not None and previous_range[0].shape == low.shape:
+        low, high = (torch.minimum(low, previous_range[0]), torch.maximum(high, previous_range[1]))
+    model.data_range = (low, high)
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr_start)
     if optimizer_state is not None:
@@ -887,3 +894,27 @@ def _previous_best(path: Path, best_checkpoint_by: str) -> float:
     if extra.get("best_checkpoint_by", "valid_loss") != best_checkpoint_by:
         return float("inf")
     return float(extra.get("best_score", extra.get("valid_loss", float("inf"))))
+
+
+def record_data_range(checkpoint: str | Path, datasets: str | Path | list[str | Path], output: str | Path,
+                      device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Write ``checkpoint`` to ``output`` with the range of the data it was trained on, read from ``datasets``
+    (every dataset of its lineage: they are read as one, or in turn and joined); for a model saved before models
+    kept their range. Returns (low, high). The weights stay as they were.
+
+    Raises:
+        UserError: A dataset for another robot or layout than the model.
+    """
+    model, signature, payload = load_checkpoint(checkpoint, device)
+    paths = datasets if isinstance(datasets, list) else [datasets]
+    low = high = None
+    for path in paths:
+        data = TrajectoryWindows(path, payload["history_length"], device, joint_limits=signature.joint_limits,
+                                 joint_limit_lookahead=bool(signature.joint_limit_lookahead))
+        data.signature.check_compatible(signature, what=f"dataset {path}")
+        lo, hi = data.input_range(list(model.input_groups))
+        low, high = (lo, hi) if low is None else (torch.minimum(low, lo), torch.maximum(high, hi))
+    model.data_range = (low, high)
+    save_checkpoint(output, model, signature, payload["config"], history_length=payload["history_length"],
+                    epoch=payload.get("epoch", 0), extra=payload.get("extra"))
+    return low, high

@@ -169,6 +169,12 @@ class TrajectoryWindows:
                     targets.append(target)
         return total
 
+    def input_range(self, groups: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(low, high) of every raw input column over the whole dataset, the ``groups`` concatenated in that order
+        (a model's token layout); on the CPU."""
+        token = torch.cat([self.inputs[name].flatten(0, 1) for name in groups], dim=1)
+        return token.amin(dim=0).float().cpu(), token.amax(dim=0).float().cpu()
+
     def __len__(self) -> int:
         """Number of windows."""
         return self.num_trajectories * self.starts_per_trajectory

@@ -77,6 +77,16 @@ class NeRDEnsembleIntegrator(newton.solvers.SolverBase):
         """(N,) valid history tokens per env of the first member (members with a shorter context keep fewer)."""
         return self.lead.history_count
 
+    def outside_data(self, margin: float = 0.1) -> torch.Tensor | None:
+        """(N,) whether the last token lies outside the training data of any member that keeps a range (see
+        :meth:`NeRDIntegrator.outside_data`); None if none does. Mirror members (the ``mirror`` option) read the
+        robot's mirror image, not the rollout's state, and are left out."""
+        flags = [flag for flag in (member.outside_data(margin) for member in self.members if member.mirror is None)
+                 if flag is not None]
+        if not flags:
+            return None
+        return torch.stack(flags).any(dim=0)
+
     def set_nan_check(self, enabled: bool) -> None:
         """See :meth:`NeRDIntegrator.set_nan_check`."""
         for member in self.members:

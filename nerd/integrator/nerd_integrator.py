@@ -117,6 +117,10 @@ class NeRDIntegrator(newton.solvers.SolverBase):
         """Envs per network call."""
         self._predict = torch.compile(nerd_model.predict_last, dynamic=False) if compile_model else \
             nerd_model.predict_last
+        self.data_range = None if nerd_model.data_range is None else tuple(
+            bound.to(self.torch_device) for bound in nerd_model.data_range)
+        """The model's training-data range (low, high) per token column, or None (see :meth:`outside_data`)."""
+        self._last_token: torch.Tensor | None = None  # (N, input_dim) raw inputs of the last recorded token
         self.mirror = None if mirror_signs is None else mirror_sign_tensors(
             signature, tuple(mirror_signs), self.act_dof_indices, self.torch_device)
         """(state signs (S,), torque signs (J,)) of the mirror option, or None."""
@@ -192,8 +196,8 @@ class NeRDIntegrator(newton.solvers.SolverBase):
     @torch.inference_mode()
     def push_history(self, groups: dict[str, torch.Tensor]) -> None:
         """Append one token (N, width per group, raw) to every env's history, dropping the oldest when full."""
-        token = (torch.cat([groups[name] for name in self._group_names], dim=1).to(self._tokens.dtype)
-                 - self._token_mean) / self._token_std
+        self._last_token = torch.cat([groups[name] for name in self._group_names], dim=1).to(self._tokens.dtype)
+        token = (self._last_token - self._token_mean) / self._token_std
         # Branch-free (no host synchronisation): full envs shift left by one, then every env writes its slot.
         if self.history_length > 1:
             full = (self.history_count == self.history_length)[:, None, None]
@@ -201,6 +205,18 @@ class NeRDIntegrator(newton.solvers.SolverBase):
         position = self.history_count.clamp(max=self.history_length - 1)
         self._tokens[self._env_rows, position] = token
         self.history_count.add_(1).clamp_(max=self.history_length)
+
+    @torch.inference_mode()
+    def outside_data(self, margin: float = 0.1) -> torch.Tensor | None:
+        """(N,) whether the last recorded token (the state, torques and contacts the last step read) lies outside
+        the model's training data: a column below ``low − margin·(high − low)`` or above ``high + margin·(high −
+        low)``. None for a model without a recorded range. Computed when called: a step pays nothing for it."""
+        if self.data_range is None or self._last_token is None:
+            return None
+        low, high = self.data_range
+        slack = margin * (high - low)
+        token = self._last_token
+        return ((token < low - slack) | (token > high + slack)).any(dim=1)
 
     @torch.inference_mode()
     def predict_targets(self) -> torch.Tensor:

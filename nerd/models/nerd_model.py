@@ -59,6 +59,10 @@ class NeRDModel(nn.Module):
         self.input_norms = nn.ModuleDict({name: RunningMeanStd(w) for name, w in input_groups.items()})
         self.target_norm = RunningMeanStd(output_dim)
         self.backbone = build_backbone(self.cfg, self.input_dim, self.output_dim)
+        self.data_range: tuple[torch.Tensor, torch.Tensor] | None = None
+        """(low, high), each (input_dim,): the smallest and largest raw value of every token column in the data
+        the model was trained on (groups in token order), or None for a model saved before ranges were kept.
+        Stored in checkpoints; the integrator reports the steps whose inputs leave it."""
         self.skip: nn.Linear | None = None
         if self.cfg.linear_skip:
             self.skip = nn.Linear(self.input_dim, self.output_dim)

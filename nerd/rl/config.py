@@ -97,6 +97,11 @@ class RLEnvConfig:
     disagreement_cutoff: float | None = None
     """Our option, for an ensemble: end an episode (as a termination) once the members' disagreement exceeds this,
     in neural mode (MOReL's cut of unknown states). None: off; playback and batch evaluation ignore it."""
+    data_margin: float = 0.1
+    """Playback and batch evaluation in neural mode count the steps whose inputs lie beyond the NeRD model's
+    training data by more than this fraction of each input's range (models that keep their range)."""
+    strict_data_range: bool = False
+    """Stop with an error at the first neural step beyond the training data (with ``data_margin``)."""
     compile_nerd_model: bool = False
     """Run the NeRD model's per-step prediction through ``torch.compile`` (our option: 1.3x faster on the
     project's CPU after about a minute of compilation, docs/results.md)."""
@@ -104,6 +109,7 @@ class RLEnvConfig:
     def __post_init__(self) -> None:
         check_range("disagreement_penalty", self.disagreement_penalty, low=0)
         check_range("disagreement_cutoff", self.disagreement_cutoff, low=0, low_open=True)
+        check_range("data_margin", self.data_margin, low=0)
 
     @property
     def uses_disagreement(self) -> bool:

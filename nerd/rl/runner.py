@@ -292,7 +292,9 @@ def evaluate_policy(vec_env: NeRDVecEnv, act: Callable[[torch.Tensor], torch.Ten
         standard deviations, ``num_games`` and ``num_diverged``, the episodes ended by a non-finite NeRD state
         (their reward stops there, so they pull the mean down: report them next to it); for diagnostics,
         ``reward_terms`` (each of the task's reward terms summed over an episode, mean over episodes) and
-        ``observation_mean``/``observation_std`` (over every observation the policy acted on).
+        ``observation_mean``/``observation_std`` (over every observation the policy acted on); in neural mode with
+        a NeRD model that keeps its training data's range, ``outside_data``: the mean share of an episode's steps
+        whose inputs left it (by the vec env's ``data_margin``) and how many episodes had any.
 
     Raises:
         RolloutDivergedError: If every episode diverged (the reward would be a meaningless 0 ± 0).
@@ -301,6 +303,8 @@ def evaluate_policy(vec_env: NeRDVecEnv, act: Callable[[torch.Tensor], torch.Ten
         raise UserError(f"--num-games must be positive, got {num_games}")
     if seed is not None:
         vec_env.seed(seed)
+    vec_env.track_outside_data = True
+    outside_steps: list[float] = []  # per episode: the share of its steps beyond the model's training data
     returns: list[float] = []
     lengths: list[int] = []
     num_diverged = 0
@@ -317,6 +321,7 @@ def evaluate_policy(vec_env: NeRDVecEnv, act: Callable[[torch.Tensor], torch.Ten
         terms: dict[str, torch.Tensor] = {}
         active = torch.zeros(n, dtype=torch.bool, device=vec_env.device)
         diverged = torch.zeros(n, dtype=torch.bool, device=vec_env.device)
+        outside = None
         active[:take] = True
         while bool(active.any()):
             live = obs[active].double()
@@ -326,16 +331,25 @@ def evaluate_policy(vec_env: NeRDVecEnv, act: Callable[[torch.Tensor], torch.Ten
                 terms[name] = terms.get(name, 0) + torch.where(active, value.double(), 0.0)
             length += active.long()
             diverged |= active & infos["diverged"]
+            if "outside_data" in infos:
+                outside = (0 if outside is None else outside) + (active & infos["outside_data"]).long()
             active &= ~dones.bool()
         ret = terms.pop("reward")
         returns += ret[:take].tolist()
         lengths += length[:take].tolist()
         num_diverged += int(diverged[:take].sum())
+        if outside is not None:
+            outside_steps += (outside[:take].double() / length[:take].clamp(min=1)).tolist()
         for name, value in terms.items():
             term_sums[name] = term_sums.get(name, 0.0) + float(value[:take].sum())
     if num_diverged == len(returns):
         raise RolloutDivergedError(f"all {num_diverged} episodes diverged (non-finite NeRD states); the NeRD model "
                                    "cannot simulate this policy, so there is no reward to report")
+    extra = {}
+    if outside_steps:
+        shares = np.asarray(outside_steps)
+        extra["outside_data"] = {"margin": vec_env.data_margin, "mean_share_of_steps": float(shares.mean()),
+                                 "episodes_outside": int((shares > 0).sum())}
     r, ln = np.asarray(returns), np.asarray(lengths, dtype=np.float64)
     obs_mean = obs_sum / obs_count
     obs_std = (obs_sq / obs_count - obs_mean**2).clamp(min=0).sqrt()
@@ -343,7 +357,7 @@ def evaluate_policy(vec_env: NeRDVecEnv, act: Callable[[torch.Tensor], torch.Ten
             "std_reward": float(r.std()), "mean_length": float(ln.mean()), "std_length": float(ln.std()),
             "reward_terms": {name: total / len(returns) for name, total in term_sums.items()},
             "observation_mean": obs_mean.tolist(), "observation_std": obs_std.tolist(),
-            "episode_rewards": returns, "episode_lengths": lengths}
+            "episode_rewards": returns, "episode_lengths": lengths, **extra}
 
 
 def play_policy(cfg: RLConfig, checkpoint: str | Path, num_games: int, device: str = "cpu", seed: int = 0,
@@ -411,6 +425,9 @@ def format_playback(result: dict[str, Any]) -> str:
     """One line: mean ± std episode reward and length, and how many episodes diverged (neural mode)."""
     diverged = (f"; {result['num_diverged']} of {result['num_games']} episodes diverged"
                 if result["env_mode"] == NEURAL or result["num_diverged"] else "")
+    outside = result.get("outside_data")
+    outside = (f"; {100 * outside['mean_share_of_steps']:.1f} % of steps beyond the NeRD model's training data "
+               f"({outside['episodes_outside']} of {result['num_games']} episodes)" if outside else "")
     return (f"{result['robot']} {result['task']} ({result['env_mode']}), {result['num_games']} episodes: "
             f"reward {result['mean_reward']:.2f} ± {result['std_reward']:.2f}, "
-            f"length {result['mean_length']:.1f} ± {result['std_length']:.1f}{diverged}")
+            f"length {result['mean_length']:.1f} ± {result['std_length']:.1f}{diverged}{outside}")

@@ -48,10 +48,14 @@ class NeRDVecEnv(IVecEnv):
             (largest over the step's frames) from the reward, as the reward term ``disagreement`` (our option).
         disagreement_cutoff: In neural mode with an ensemble, terminate an episode whose disagreement exceeds
             this (our option); None: never.
+        data_margin: With :attr:`track_outside_data`, flag the neural steps whose inputs lie beyond the model's
+            training data by more than this fraction of each input's range (``infos["outside_data"]``).
+        strict_data_range: Raise a UserError at the first such step (then checked every step).
     """
 
     def __init__(self, nenv: NeuralEnvironment, task: Task, episode_length: int | None = None, seed: int = 0,
-                 disagreement_penalty: float = 0.0, disagreement_cutoff: float | None = None):
+                 disagreement_penalty: float = 0.0, disagreement_cutoff: float | None = None,
+                 data_margin: float = 0.1, strict_data_range: bool = False):
         if task.robot != nenv.name:
             raise ValueError(f"task '{task.name}' is for {task.robot}, but the environment is {nenv.name}")
         if task.num_envs != nenv.num_envs:
@@ -72,6 +76,11 @@ class NeRDVecEnv(IVecEnv):
         """(N,) steps taken in each env's current episode."""
         self.last_actions = torch.zeros(self.num_envs, nenv.action_dim, device=self.device)
         """(N, A) actions of the last step (zero after a reset), clamped to [-1, 1]."""
+        self.data_margin = data_margin
+        self.strict_data_range = strict_data_range
+        self.track_outside_data = strict_data_range
+        """Report ``infos["outside_data"]`` in neural mode (playback and evaluation switch it on; training leaves
+        it off, so a step pays nothing for it)."""
         self.disagreement_penalty = disagreement_penalty
         self.disagreement_cutoff = disagreement_cutoff
         if (disagreement_penalty > 0 or disagreement_cutoff is not None) and nenv.env_mode == NEURAL \
@@ -105,6 +114,7 @@ class NeRDVecEnv(IVecEnv):
         # Start-of-frame contact depths, read before stepping (the release's termination sees them one frame stale).
         depths = self.nenv.get_contacts()["contact_depths"] if self.task.needs_contact_depths else None
         self.nenv.step(actions, check_finite=False)  # checked below, in the step's one host synchronisation
+        outside = self._outside_data()
         disagreement = self._disagreement(None)
         for _ in range(self.nenv.control_steps - 1):
             # A controller that reads the state (PD) turns a diverged neural state into NaN torques, which the
@@ -142,7 +152,21 @@ class NeRDVecEnv(IVecEnv):
         infos = {"time_outs": time_outs, "terminated": terminated, "diverged": ~finite, "reward_terms": terms}
         if disagreement is not None:
             infos["disagreement"] = disagreement
+        if outside is not None:
+            infos["outside_data"] = outside
         return self.task.observations(states, self.last_actions), rewards, dones.to(torch.uint8), infos
+
+    def _outside_data(self) -> torch.Tensor | None:
+        """(N,) whether the step's first frame read inputs beyond the model's training data (None when not tracked,
+        in ground-truth mode, or for a model without a range)."""
+        if not self.track_outside_data or self.nenv.env_mode != NEURAL:
+            return None
+        outside = self.nenv.outside_data(self.data_margin)
+        if outside is not None and self.strict_data_range and bool(outside.any()):
+            raise UserError(f"{self.nenv.name}: {int(outside.sum())} of {self.num_envs} envs read inputs beyond the "
+                            f"NeRD model's training data (margin {self.data_margin:g} of each input's range); "
+                            "NeRD extrapolates there")
+        return outside
 
     def _disagreement(self, so_far: torch.Tensor | None) -> torch.Tensor | None:
         """The ensemble's disagreement of the frame just stepped, the largest of the step's frames so far; None when
@@ -204,7 +228,7 @@ def make_vec_env(cfg: RLEnvConfig, device: str = "cpu", seed: int = 0) -> NeRDVe
     else:
         nenv = NeuralEnvironment(env, None, env_mode=GROUND_TRUTH)
     return NeRDVecEnv(nenv, cls(cfg.num_envs, nenv.torch_device), cfg.episode_length, seed,
-                      cfg.disagreement_penalty, cfg.disagreement_cutoff)
+                      cfg.disagreement_penalty, cfg.disagreement_cutoff, cfg.data_margin, cfg.strict_data_range)
 
 
 def _create_from_env_config(num_actors: int | None = None, **env_config) -> NeRDVecEnv:

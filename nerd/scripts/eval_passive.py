@@ -61,6 +61,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--mirror", action="store_true",
                         help="our option (Cartpole): average each model's prediction with its prediction for the "
                              "robot's mirror image (twice the network calls)")
+    parser.add_argument("--data-margin", type=float, default=0.1,
+                        help="count the steps whose inputs lie beyond the model's training data by more than this "
+                             "fraction of each input's range (models that keep their range)")
+    parser.add_argument("--strict-data-range", action="store_true",
+                        help="stop with an error at the first step beyond the training data (with --data-margin)")
     add_common_args(parser, seed_default=500)
     add_viewer_args(parser)
     args = parser.parse_args(argv)
@@ -92,6 +97,7 @@ def main(argv: list[str] | None = None) -> None:
                          initial_states=args.initial_states, mass_matrix_refresh=args.mass_matrix_refresh,
                          robot_variant=args.robot_variant, control_mode=args.control_mode,
                          compile_model=args.compile_model, evaluated_robot_variant=args.evaluated_robot_variant,
+                         data_margin=args.data_margin, strict_data_range=args.strict_data_range,
                          mirror=args.mirror)
         for config in configs
     ]

@@ -18,6 +18,7 @@ CONSOLE_SCRIPTS = {
     "nerd-rl": "eval/run_rl.py",
     "nerd-batch-eval": "eval/batch_eval_policy.py",
     "nerd-transfer": "train/transfer_loop.py",
+    "nerd-data-range": "train/record_data_range.py",
 }
 
 
@@ -60,6 +61,7 @@ EXPECTED_DEFAULTS = {
     "nerd-average": {"--valid-batches": "50", "--batch-size": "2048", "--seed": "0", "--device": "cpu"},
     "nerd-visualize": {},
     "nerd-transfer": {"--device": "cpu", "--seed": "0"},
+    "nerd-data-range": {"--device": "cpu"},
 }
 
 

@@ -23,6 +23,12 @@ EXTRA = {
                        "model.transformer.n_embd=16"],
     "eval/run_rl.py": ["--cfg-overrides", "params.config.mini_epochs=2", "env.episode_length=10"],
     "eval/batch_eval_policy.py": ["--cfg-overrides", "num_games=4", "num_envs=4", "episode_length=10"],
+    "train/transfer_loop.py": ["--cfg-overrides", "rounds=2", "epochs_per_round=1", "num_envs=8",
+                               "rl_overrides=[params.config.mini_epochs=1,env.episode_length=20]",
+                               "refine.finetune_minutes=0.002", "refine.gt_fraction=0.5",
+                               "refine.train_overrides=[batch_size=16,batches_per_epoch=2,valid_batches=1,"
+                               "rollout_eval.num_envs=2,rollout_eval.horizon=5]",
+                               "evaluation.num_games=4", "evaluation.num_envs=4"],
 }
 NOT_RUN = {
     "make test": "runs this suite",
