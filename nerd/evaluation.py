@@ -31,6 +31,7 @@ from nerd.envs import make_env
 from nerd.errors import UserError
 from nerd.frames import quat_angle, quat_inverse, quat_mul, wrap_angle
 from nerd.integrator import NeRDEnsembleIntegrator
+from nerd.models.nerd_model import NeRDModel
 from nerd.modes import GROUND_TRUTH, INITIAL_STATES, NEURAL
 from nerd.neural_environment import NeuralEnvironment
 from nerd.resources import check_memory
@@ -111,19 +112,21 @@ def rollout(nenv: NeuralEnvironment, initial_states: torch.Tensor, horizon: int,
     return torch.stack(states)
 
 
-def evaluate_passive(env_name: str, model_path: str | Sequence[str] | None, env_mode: str, num_envs: int,
+def evaluate_passive(env_name: str, model_path: str | Sequence[str] | NeRDModel | None, env_mode: str, num_envs: int,
                      num_rollouts: int, horizon: int, seed: int, contact_config: int | None = None, device: str = "cpu",
                      progress: bool = True, initial_states: str = INITIAL_STATES[0],
                      mass_matrix_refresh: str | None = None, robot_variant: str | None = None,
                      control_mode: str | None = None, compile_model: bool = False,
                      evaluated_robot_variant: str | None = None, mirror: bool = False,
                      size_flags: str = "--num-envs, --num-rollouts or --rollout-horizon", data_margin: float = 0.1,
-                     strict_data_range: bool = False) -> dict[str, Any]:
+                     strict_data_range: bool = False, history_length: int = 10) -> dict[str, Any]:
     """Passive-motion errors of ``env_mode`` against the ground truth over ``num_rollouts`` trajectories.
 
     Args:
         model_path: The NeRD checkpoint, or several: an ensemble that steps with their mean prediction
-            (:class:`~nerd.integrator.NeRDEnsembleIntegrator`, our option).
+            (:class:`~nerd.integrator.NeRDEnsembleIntegrator`, our option); or a model object (a training run's
+            per-epoch check), which is put in eval mode on ``device``: pass a copy of one that goes on training.
+        history_length: The history of a model object (a checkpoint states its own).
         initial_states: One of :data:`INITIAL_STATES`: ``"task"`` (the release's protocol) or ``"data"``.
         mass_matrix_refresh: The ground truth's Featherstone mass-matrix refresh; None for the robot's default.
         robot_variant: The ground truth's variant (``Environment.robot_variants``: Anymal ``"physical"`` or
@@ -173,8 +176,12 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | None, env_
     env = make_env(env_name, num_envs, device=device, contact_config=contact_config,
                    mass_matrix_refresh=mass_matrix_refresh, robot_variant=robot_variant, control_mode=control_mode)
     sample = initial_state_sampler(env, initial_states)
-    nenv = (NeuralEnvironment.from_checkpoint(env, model_path, GROUND_TRUTH, compile_model, mirror) if model_path
-            else NeuralEnvironment(env, None, env_mode=GROUND_TRUTH))
+    if isinstance(model_path, NeRDModel):
+        nenv = NeuralEnvironment(env, model_path, GROUND_TRUTH, history_length, compile_model, mirror)
+    elif model_path:
+        nenv = NeuralEnvironment.from_checkpoint(env, model_path, GROUND_TRUTH, compile_model, mirror)
+    else:
+        nenv = NeuralEnvironment(env, None, env_mode=GROUND_TRUTH)
     evaluated = nenv
     if evaluated_robot_variant is not None and evaluated_robot_variant != env.robot_variant:
         evaluated = NeuralEnvironment(make_env(env_name, num_envs, device=device, contact_config=contact_config,
@@ -273,7 +280,8 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | None, env_
     return {
         "env_name": env_name,
         "env_mode": env_mode,
-        "model_path": (None if not model_path else str(model_path) if isinstance(model_path, (str, Path))
+        "model_path": (None if model_path is None or isinstance(model_path, NeRDModel)
+                       else str(model_path) if isinstance(model_path, (str, Path))
                        else [str(path) for path in model_path]),
         "num_rollouts": done,
         "rollout_horizon": horizon,

@@ -7,6 +7,7 @@ scalars and checkpoints (``nn/last.pt``, and ``nn/best.pt`` by rollout error or 
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import time
@@ -392,9 +393,6 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
         print(f"batches_per_epoch {cfg.batches_per_epoch} exceeds the {batches} batches of one pass over the "
               f"{len(train_data):,} training windows; each epoch runs {batches}", flush=True)
     best_path, last_path = logdir / "nn" / "best.pt", logdir / "nn" / "last.pt"
-    # The epoch's model for its rollout check, which loads it from a file. Not last.pt: a run stopped during the
-    # check would resume after an epoch that has no record and was never a candidate for best.pt.
-    check_path = logdir / "nn" / "epoch_check.pt"
     averaged_path = logdir / "nn" / "averaged.pt"
     noise_columns = noisy_state_columns(sig.layout)
     noise_std = (cfg.input_noise * model.input_norms["states"].var.sqrt().float().cpu())[noise_columns]
@@ -428,12 +426,9 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
             # What --resume needs; ``history`` is the list itself, so last.pt, saved below, includes this epoch.
             resume_state = {"step_seconds": run.seconds, "optimizer_steps": run.step, "history": history,
                             "seed": seed, "world_size": rank.world_size}
-            if cfg.rollout_eval.num_envs > 0:
-                save_checkpoint(check_path, model, sig, config_dict, history_length=cfg.history_length, epoch=epoch)
-            try:
-                ckpt_metrics = _evaluate_epoch(cfg, check_path, epoch, device, writer, sig.robot_variant)
-            finally:
-                check_path.unlink(missing_ok=True)
+            # The check steps a copy of the epoch's weights (evaluation puts its model in eval mode); no file
+            # stands between them, so nothing another process writes can be checked in their place.
+            ckpt_metrics = _evaluate_epoch(cfg, model, epoch, device, writer, sig.robot_variant)
             writer.add_scalar("losses/valid", valid, epoch)
             writer.add_scalar("perf/windows_per_second", len(losses) * cfg.batch_size / epoch_seconds, epoch)
             record = {"epoch": epoch, "windows_seen": run.step * cfg.batch_size, "step_seconds": run.seconds,
@@ -451,7 +446,7 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
                 save_checkpoint(averaged_path, mean, sig, config_dict, history_length=cfg.history_length,
                                 epoch=epoch, extra={"valid_loss": mean_valid,
                                                     "weights_averaged": int(averaged.n_averaged)})
-                mean_metrics = _evaluate_epoch(cfg, averaged_path, epoch, device, writer, sig.robot_variant,
+                mean_metrics = _evaluate_epoch(cfg, mean, epoch, device, writer, sig.robot_variant,
                                                tag="eval_averaged")
                 writer.add_scalar("losses/valid_averaged", mean_valid, epoch)
                 record.update({"averaged_valid_loss": mean_valid,
@@ -851,20 +846,20 @@ class _NoWriter:
         pass
 
 
-def _evaluate_epoch(cfg: TrainConfig, checkpoint: Path, epoch: int, device: str, writer, robot_variant: str = "",
+def _evaluate_epoch(cfg: TrainConfig, model: NeRDModel, epoch: int, device: str, writer, robot_variant: str = "",
                     tag: str = "eval") -> dict[str, float]:
-    """The end-of-epoch passive rollout of ``checkpoint`` against the ground truth (empty when switched off), in
-    the robot variant the data came from; TensorBoard scalars go under ``tag``."""
+    """The end-of-epoch passive rollout of a copy of ``model`` against the ground truth (empty when switched off),
+    in the robot variant the data came from; TensorBoard scalars go under ``tag``."""
     if cfg.rollout_eval.num_envs <= 0:
         return {}
     from nerd.evaluation import evaluate_passive
 
     try:
         metrics = evaluate_passive(
-            cfg.env_name, str(checkpoint), NEURAL, cfg.rollout_eval.num_envs, cfg.rollout_eval.num_envs,
+            cfg.env_name, copy.deepcopy(model), NEURAL, cfg.rollout_eval.num_envs, cfg.rollout_eval.num_envs,
             cfg.rollout_eval.horizon, cfg.rollout_eval.seed, device=device, progress=False,
             robot_variant=robot_variant or None, initial_states=cfg.rollout_eval.initial_states,
-            size_flags="rollout_eval.num_envs or rollout_eval.horizon",
+            size_flags="rollout_eval.num_envs or rollout_eval.horizon", history_length=cfg.history_length,
         )["metrics"]
     except RolloutDivergedError as err:
         # An early, under-trained model's rollout may blow up; that is a measurement of this epoch, not a reason

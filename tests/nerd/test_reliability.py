@@ -465,3 +465,25 @@ def test_a_model_too_large_for_memory_is_one_error_naming_its_section(small_data
                                         r"'model.transformer'\)"):
         train(tiny_train_config(small_dataset, model=model), tmp_path / "run", progress=False)
     assert not (tmp_path / "run").exists()
+
+
+def test_the_rollout_check_scores_the_epochs_own_weights_without_a_file(small_dataset, tmp_path, monkeypatch):
+    """The per-epoch rollout check steps a copy of the weights in memory (a file in the run directory could be
+    another process's): it is handed a model, and its score equals the saved checkpoint's evaluated afresh."""
+    from nerd import evaluation
+    from nerd.models.nerd_model import NeRDModel
+    from nerd.training import train
+
+    handed = []
+    original = evaluation.evaluate_passive
+
+    def spy(env_name, model_path, *args, **kwargs):
+        handed.append(type(model_path))
+        return original(env_name, model_path, *args, **kwargs)
+
+    monkeypatch.setattr(evaluation, "evaluate_passive", spy)
+    summary = train(tiny_train_config(small_dataset), tmp_path / "run", progress=False)
+    assert handed == [NeRDModel]
+    again = original("Cartpole", str(tmp_path / "run/nn/last.pt"), "neural", 2, 2, 5, 100, progress=False)
+    for name, value in again["metrics"].items():
+        assert summary["epochs"][-1][name] == pytest.approx(value, rel=1e-6), name
