@@ -177,9 +177,13 @@ class _LoopState:
         self.path = logdir / STATE_FILE
         if self.path.is_file():
             self.data = json.loads(self.path.read_text())
-            if self.data.get("config") != config:
+            # The evaluation settings may change on a resume (e.g. to evaluate every round of a finished loop
+            # afterwards); they change no stage the loop has run.
+            old = {k: v for k, v in self.data.get("config", {}).items() if k != "evaluation"}
+            if old != {k: v for k, v in config.items() if k != "evaluation"}:
                 raise UserError(f"{logdir} holds a transfer loop of another config; resume it with its own "
                                 f"({logdir / 'config.yaml'}) or choose another --logdir")
+            self.data["config"] = config
         else:
             self.data = {"config": config, "rounds": []}
 

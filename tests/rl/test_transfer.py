@@ -194,6 +194,14 @@ def test_transfer_loop_refines_the_models_resumes_and_reports_its_cost(tiny, tmp
         run_transfer_loop(cfg, tmp_path / "loop", progress=False)
     with pytest.raises(UserError, match="another config"):
         run_transfer_loop(loop_config(tmp_path, [a, b], rounds=3), tmp_path / "loop", resume=True, progress=False)
+    # The evaluation may change on a resume: every round's policy is evaluated afterwards, nothing else reruns.
+    kept = (tmp_path / "loop/round_0/ppo/nn/last.pth").stat().st_mtime_ns
+    run_transfer_loop(loop_config(tmp_path, [a, b], evaluation={"num_games": 4, "num_envs": 4, "every_round": True}),
+                      tmp_path / "loop", resume=True, progress=False)
+    assert (tmp_path / "loop/round_0/eval.md").is_file() and (tmp_path / "loop/round_1/eval.md").is_file()
+    assert (tmp_path / "loop/round_0/ppo/nn/last.pth").stat().st_mtime_ns == kept
+    state = json.loads((tmp_path / "loop/loop.json").read_text())
+    assert state["rounds"][0]["eval"]["ground_truth"] is not None
     # Interrupted after the first round: the resume reruns the second round only.
     kept = (tmp_path / "loop/round_0/ppo/nn/last.pth").stat().st_mtime_ns
     partial = copy.deepcopy(state)
