@@ -212,6 +212,20 @@ def test_transfer_loop_refines_the_models_resumes_and_reports_its_cost(tiny, tmp
     assert (tmp_path / "loop/round_0/ppo/nn/last.pth").stat().st_mtime_ns == kept
     resumed = json.loads((tmp_path / "loop/loop.json").read_text())
     assert len(resumed["rounds"]) == 2 and "final" in resumed
+    # Killed during a fine-tune (after its first checkpoint, before its summary): the fine-tune resumes from its
+    # nn/last.pt instead of starting over (its best.pt is not rewritten: the spent budget ends it at once).
+    partial = copy.deepcopy(resumed)
+    for key in ("refined_models", "finetune_best_valid_loss", "model_error_valid", "refined_model_error_valid"):
+        partial["rounds"][0].pop(key, None)
+    partial["rounds"] = partial["rounds"][:1]
+    del partial["final"]
+    (tmp_path / "loop/loop.json").write_text(json.dumps(partial))
+    tuned = tmp_path / "loop/round_0/model_0"
+    (tuned / "summary.yaml").unlink()
+    best = (tuned / "nn/best.pt").stat().st_mtime_ns
+    run_transfer_loop(cfg, tmp_path / "loop", resume=True, progress=False)
+    assert (tuned / "summary.yaml").is_file() and (tuned / "nn/best.pt").stat().st_mtime_ns == best
+    assert json.loads((tmp_path / "loop/loop.json").read_text())["rounds"][0]["refined_models"] == refined
 
 
 def test_faithful_loop_trains_in_one_model_and_checks_its_inputs(tiny, tmp_path):
