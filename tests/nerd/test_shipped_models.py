@@ -27,6 +27,8 @@ def test_shipped_model_loads_steps_and_is_documented(folder):
     and measured metrics ship beside it."""
     payload = read_checkpoint(folder / "model.pt")
     env_name = payload["signature"]["env_name"]
+    # The range of its training data, so that evaluation can report rollouts that leave it.
+    assert set(payload["data_range"]) == {"low", "high"}
     assert env_name == folder.relative_to(MODELS).parts[0]
     variant = payload["signature"].get("robot_variant") or None
     torch.manual_seed(0)
