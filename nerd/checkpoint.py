@@ -69,23 +69,16 @@ def save_checkpoint(path: str | Path, model: NeRDModel, signature: RobotSignatur
         torch.save(payload, tmp)
         os.replace(tmp, path)
     except (OSError, RuntimeError) as err:
-        # A full disk surfaces as an OSError or as torch's RuntimeError from its zip writer; the previous file at
-        # ``path`` is untouched either way.
+        # A full disk surfaces as an OSError or as a RuntimeError from torch's zip writer ("iostream error",
+        # "unexpected pos"), which is how torch.save reports failed writes; the previous file at ``path`` is
+        # untouched either way.
         tmp.unlink(missing_ok=True)
-        if isinstance(err, RuntimeError) and not _disk_error(err):
-            raise
         raise UserError(f"could not write {path} ({first_line(err)}); the previous {path.name}, if any, is intact "
                         "(free some disk space and resume)") from err
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return path
-
-
-def _disk_error(err: RuntimeError) -> bool:
-    """Whether torch's writer failed on the file system (its zip writer reports a failed write, not ENOSPC)."""
-    text = str(err).lower()
-    return any(word in text for word in ("write", "file", "space"))
 
 
 def read_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> dict[str, Any]:
