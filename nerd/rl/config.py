@@ -111,11 +111,6 @@ class RLEnvConfig:
         check_range("disagreement_cutoff", self.disagreement_cutoff, low=0, low_open=True)
         check_range("data_margin", self.data_margin, low=0)
 
-    @property
-    def uses_disagreement(self) -> bool:
-        """Whether the disagreement penalty or cutoff is on."""
-        return self.disagreement_penalty > 0 or self.disagreement_cutoff is not None
-
     def for_evaluation(self) -> RLEnvConfig:
         """A copy that reports the task's own reward: no disagreement penalty, no cutoff."""
         return replace(self, disagreement_penalty=0.0, disagreement_cutoff=None)

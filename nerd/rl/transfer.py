@@ -232,7 +232,7 @@ def run_transfer_loop(cfg: TransferConfig, logdir: str | Path, device: str = "cp
             round_dir = logdir / f"round_{k}"
             policy = _ppo_round(cfg, rl_cfg, models, policy, k, round_dir, record, state, device, seed, progress)
             if cfg.evaluation.every_round and "eval" not in record:
-                table = _evaluate(cfg, rl_cfg, [policy], models, device, progress)
+                table = _evaluate(cfg, [policy], models, device, progress)
                 write_table(table, round_dir / "eval.json")
                 record["eval"] = _table_cells(table)
                 state.save()
@@ -252,7 +252,7 @@ def run_transfer_loop(cfg: TransferConfig, logdir: str | Path, device: str = "cp
                     state.save()
         final = state.data.setdefault("final", {})
         if "eval" not in final:
-            table = _evaluate(cfg, rl_cfg, [policy], models, device, progress)
+            table = _evaluate(cfg, [policy], models, device, progress)
             table["loop"] = loop_cost(state.data)
             write_table(table, logdir / "eval.json")
             final.update(eval=_table_cells(table), policy=policy, nerd_models=models)
@@ -294,8 +294,6 @@ def _collect(cfg: TransferConfig, rl_cfg: RLConfig, policy: str, k: int, round_d
     refine = cfg.refine
     if "data" in record:
         return record["data"]
-    run_cfg = copy.deepcopy(rl_cfg)
-    run_cfg.env.env_mode = GROUND_TRUTH
     total = math.ceil(refine.gt_fraction * record["ppo_env_steps"])
     parts = {"valid": math.ceil(refine.valid_fraction * total)}
     parts["train"] = total - parts["valid"]
@@ -307,7 +305,8 @@ def _collect(cfg: TransferConfig, rl_cfg: RLConfig, policy: str, k: int, round_d
         path.unlink(missing_ok=True)  # a file of an interrupted collection that the state does not record
         if progress:
             print(f"round {k}: {transitions} ground-truth transitions of the policy ({name})", flush=True)
-        summary = collect_policy_data(run_cfg, policy, path, transitions, refine.trajectory_length,
+        # In the ground truth of the task's settings (collect_policy_data switches the mode).
+        summary = collect_policy_data(rl_cfg, policy, path, transitions, refine.trajectory_length,
                                       stochastic=refine.stochastic, device=device,
                                       seed=seed * 1000 + 2 * k + offset, progress=progress)
         data[name] = str(path)
@@ -352,18 +351,17 @@ def _refine(cfg: TransferConfig, train_cfg: TrainConfig, models: list[str], data
     return refined
 
 
-def _evaluate(cfg: TransferConfig, rl_cfg: RLConfig, policies: list[str], models: list[str], device: str,
-              progress: bool) -> dict[str, Any]:
+def _evaluate(cfg: TransferConfig, policies: list[str], models: list[str], device: str, progress: bool
+              ) -> dict[str, Any]:
     """Both simulators, the batch evaluation's protocol; the RL config (with the loop's overrides) is written
     beside the policy's run, so batch evaluation reads it from there."""
     run_config = Path(policies[0]).parent.parent / "config.yaml"
     ev = cfg.evaluation
-    table = batch_evaluate(PolicyEvalConfig(rl_cfg=str(run_config), checkpoints=policies,
-                                            simulators=[GROUND_TRUTH, NEURAL],
-                                            nerd_model_path=models[0] if len(models) == 1 else list(models),
-                                            num_games=ev.num_games, num_envs=ev.num_envs, seed=ev.seed),
-                           device, progress)
-    return table
+    return batch_evaluate(PolicyEvalConfig(rl_cfg=str(run_config), checkpoints=policies,
+                                           simulators=[GROUND_TRUTH, NEURAL],
+                                           nerd_model_path=models[0] if len(models) == 1 else list(models),
+                                           num_games=ev.num_games, num_envs=ev.num_envs, seed=ev.seed),
+                          device, progress)
 
 
 def _table_cells(table: dict[str, Any]) -> dict[str, Any]:

@@ -83,8 +83,9 @@ class NeRDVecEnv(IVecEnv):
         it off, so a step pays nothing for it)."""
         self.disagreement_penalty = disagreement_penalty
         self.disagreement_cutoff = disagreement_cutoff
-        if (disagreement_penalty > 0 or disagreement_cutoff is not None) and nenv.env_mode == NEURAL \
-                and not isinstance(nenv.integrator, NeRDEnsembleIntegrator):
+        self._uses_disagreement = disagreement_penalty > 0 or disagreement_cutoff is not None
+        if self._uses_disagreement and nenv.env_mode == NEURAL and not isinstance(nenv.integrator,
+                                                                                  NeRDEnsembleIntegrator):
             raise UserError("the disagreement penalty and cutoff need an ensemble: give several NeRD models "
                             "(nerd_model_path) or nerd_mirror")
 
@@ -171,7 +172,7 @@ class NeRDVecEnv(IVecEnv):
     def _disagreement(self, so_far: torch.Tensor | None) -> torch.Tensor | None:
         """The ensemble's disagreement of the frame just stepped, the largest of the step's frames so far; None when
         neither the penalty nor the cutoff is on (nothing is computed then)."""
-        if self.disagreement_penalty == 0 and self.disagreement_cutoff is None or self.nenv.env_mode != NEURAL:
+        if not self._uses_disagreement or self.nenv.env_mode != NEURAL:
             return None
         now = self.nenv.integrator.disagreement
         return now if so_far is None else torch.maximum(so_far, now)
