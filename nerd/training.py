@@ -400,7 +400,7 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
     # A resumed run's summary and curve keep the epochs before the interruption.
     history: list[dict[str, float]] = list(previous.get("history", []))
     spent = float(previous.get("step_seconds", 0.0))
-    # Wall-clock seconds of the run's earlier sessions, so that a resumed run's summary counts the whole run.
+    # Wall-clock seconds of the run before it was interrupted, so that a resumed run's summary counts the whole run.
     earlier_seconds = float(previous.get("train_seconds", 0.0))
     started = time.perf_counter()
     # A resumed run continues its budget (and the learning rate that decays over it) where its last epoch ended.

@@ -1,7 +1,7 @@
 """Ground-truth transitions where a policy goes, written as a NeRD training dataset (our option).
 
-NeRD's data comes from random states and random torques (spec §8), and a policy trained in NeRD finds the states
-and torque patterns that data holds too thinly, where the model is wrong in its favour. The transfer loop
+NeRD's data comes from random states and random torques (the release's sampler), and a policy trained in NeRD
+finds the states and torque patterns that data holds too thinly, where the model is wrong in its favour. The loop
 (:mod:`nerd.rl.transfer`) therefore rolls the current policy out in the ground truth, with its exploration noise,
 and adds those transitions to the model's training data: better-than-random sampling, the NeRD authors' stated
 future work.

@@ -58,7 +58,7 @@ class RefineConfig:
     replaced by ``base_train``/``base_valid`` plus the policy data."""
     gt_fraction: float = 0.1
     """Ground-truth transitions collected per round, as a fraction of the round's PPO env-steps in NeRD (the
-    issue's budget is at most 0.1)."""
+    shipped configs use 0.1, the budget docs/transfer.md holds the loop to)."""
     base_train: list[str] = field(default_factory=list)
     """The models' own training data, mixed into every fine-tune so that they do not forget it (empty: the policy
     data alone). Its trajectories must not be longer than ``trajectory_length``."""

@@ -233,7 +233,7 @@ def test_giant_requests_are_refused_up_front_with_what_they_need(tmp_path, monke
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# The second probe (issue 43): concurrent runs, interrupted overwrites, values that mislead, silent NaN.
+# The second probe: concurrent runs, interrupted overwrites, values that mislead, silent NaN.
 
 def tiny_train_config(dataset: Path, **changes) -> TrainConfig:
     data = {"env_name": "Cartpole", "batch_size": 16, "num_epochs": 1, "batches_per_epoch": 2, "valid_batches": 1,
