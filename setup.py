@@ -12,7 +12,7 @@ here = Path(__file__).parent
 
 install_requires = [
     # The physics stack stays on the tested minor versions: datasets, trained models and every number in
-    # docs/results.md depend on the solvers' exact behaviour, which changes between Newton/Warp minor releases.
+    # docs/notebook/results.md depend on the solvers' exact behaviour, which changes between Newton/Warp minor releases.
     "newton==1.8.*",
     "warp-lang==1.19.*",
     # Any recent torch, so that an installed CUDA build satisfies it and is never replaced by a CPU wheel.

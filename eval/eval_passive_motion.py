@@ -1,4 +1,4 @@
-"""Evaluate passive motion of NeRD (or the ground truth) against the ground-truth simulator (spec §9).
+"""Evaluate passive motion of NeRD (or the ground truth) against the ground-truth simulator.
 
 Thin wrapper around :mod:`nerd.scripts.eval_passive` (installed as ``nerd-eval``); ``--help`` lists the options.
 """

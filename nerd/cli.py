@@ -59,7 +59,7 @@ def add_robot_variant_arg(parser: argparse.ArgumentParser) -> None:
     """Add ``--robot-variant NAME``: the variant of robots that define several (Anymal, CubeToss)."""
     parser.add_argument("--robot-variant", default=None,
                         help="variant of robots that have several: Anymal 'physical' (default: joints and bodies "
-                             "aligned) or 'release' (the release's scrambled mass matrix, robots.md §1.3); CubeToss "
+                             "aligned) or 'release' (the release's scrambled mass matrix); CubeToss "
                              "'sim' (default: the release's contact) or 'real' (a mismatched contact standing in for "
                              "real tosses)")
 

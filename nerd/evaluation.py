@@ -1,4 +1,4 @@
-"""Passive-motion evaluation (spec §9): NeRD (or the ground truth itself) against the ground-truth simulator.
+"""Passive-motion evaluation: NeRD (or the ground truth itself) against the ground-truth simulator.
 
 From the same random initial states, the ground truth and the evaluated simulator roll out autoregressively for H
 frames with zero actions (through the robot's controller, so a PD-driven robot would still hold its pose). Errors are
@@ -10,9 +10,9 @@ The initial states follow the release's protocol by default: the robot's own ran
 ``sample_reset_states``, the distribution its RL tasks start from). The release's ``eval_passive_motion.py`` calls
 ``evaluate_action_mode(trajectory_source="sampler", passive=True)``, whose ``TrajectorySampler.
 sample_trajectories_action_mode`` starts every trajectory from ``env.reset()`` (the env's random reset kernel), not
-from the data-generation ranges. ``initial_states="data"`` draws from the robot's data-generation sampler (spec §8
+from the data-generation ranges. ``initial_states="data"`` draws from the robot's data-generation sampler (its
 ranges, ``sample_initial_states``) instead: a far wider distribution (Cartpole x ±3.5 m and rates ±10 against ±1 m
-and ±1), which this project used as its default before stop 19.
+and ±1), which was this project's default in its early versions.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Model inputs and targets from raw simulator quantities: the one place both training and inference build them.
 
-A NeRD token of step t concatenates, in the robot-centric frame of that step's anchor (spec §5, §6):
+A NeRD token of step t concatenates, in the robot-centric frame of that step's anchor:
 ``states`` (dof_q + dof_qd), contact ``contact_normals`` (3C), ground points ``contact_points_1`` (3C),
 ``contact_depths`` (C), the applied ``joint_acts`` (J) and, for robots in the body frame, the gravity
 direction ``gravity_dir`` (3). Features of inactive contact candidates are zeroed after the transform.
@@ -210,7 +210,7 @@ def mirror_sign_tensors(sig: RobotSignature, signs: tuple[float, ...], act_dof_i
 
 
 def active_contact_mask(depths: Tensor, thicknesses: Tensor) -> Tensor:
-    """(..., C) bool: candidates close enough to the ground to matter (spec §4)."""
+    """(..., C) bool: candidates close enough to the ground to matter."""
     threshold = torch.clamp(ACTIVE_THICKNESS_FACTOR * thicknesses, min=ACTIVE_DEPTH_FLOOR)
     return depths < threshold
 

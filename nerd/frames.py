@@ -223,9 +223,9 @@ def wrap_angle(x: Tensor) -> Tensor:
 
 Y_UP_BASE_ROTATION = (-math.sqrt(0.5), 0.0, 0.0, math.sqrt(0.5))
 """q_c = rot(x, −π/2), xyzw: the NeRD release's turn of a Z-up robot (Ant, ANYmal) into its Y-up world; the
-release's base orientation is ``q_c ⊗ q`` for our Z-up orientation q (robots.md §0.1)."""
+release's base orientation is ``q_c ⊗ q`` for our Z-up orientation q."""
 
 
 def to_y_up(vectors: Tensor) -> Tensor:
-    """World vectors ``(..., 3)`` in the release's Y-up axes: ``(x, y, z) -> (x, z, −y)`` (robots.md §0.1)."""
+    """World vectors ``(..., 3)`` in the release's Y-up axes: ``(x, y, z) -> (x, z, −y)``."""
     return torch.stack([vectors[..., 0], vectors[..., 2], -vectors[..., 1]], dim=-1)

@@ -1,6 +1,6 @@
 """Dataset generation: roll out the ground-truth simulator from random states under random torques.
 
-Each batch resets all N envs to states drawn by the robot's sampler (spec §8; its task reset with our
+Each batch resets all N envs to states drawn by the robot's data sampler (the release's; its task reset with our
 ``initial_states="task"``), rolls them out for T frames with white-noise torques (or none with ``passive``), and
 appends the batch's finite trajectories to the HDF5 file. Robots whose data goes through a controller
 (``random_control = "actions"``, ANYmal's PD law) instead draw random actions and controller parameters every
@@ -90,10 +90,10 @@ class GenerationConfig:
     probability 1/L per frame. 1 (the release's) redraws every torque every frame: white noise."""
     initial_states: InitialStates = "data"
     """Where trajectories start (:data:`~nerd.modes.INITIAL_STATES`): ``"data"`` (the release: the robot's
-    data-generation sampler, spec §8) or our ``"task"`` (the robot's task reset, the states that its RL tasks and
+    data-generation sampler) or our ``"task"`` (the robot's task reset, the states that its RL tasks and
     the release's passive evaluation start from; a directory holding a file of each trains on the mix) or our
     ``"limits"`` (starts near a joint limit, moving slowly into it: the slow bounces off Cartpole's rail stops,
-    rare in the other two, see docs/accuracy.md)."""
+    rare in the other two, see docs/notebook/accuracy.md)."""
     compression: str | None = "lzf"
     """HDF5 compression filter: ``"lzf"`` (about half the size, a few % slower), ``"gzip"`` or None."""
 

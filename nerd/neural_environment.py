@@ -33,7 +33,7 @@ class NeuralEnvironment:
         env_mode: Initial mode, ``"neural"`` or ``"ground-truth"``.
         history_length: NeRD history H the model was trained with (one per model for an ensemble).
         compile_model: Run the per-step prediction through ``torch.compile`` (our option; on the project's CPU
-            it made the model ~20 % faster after about a minute of compilation, see docs/results.md).
+            it made the model ~20 % faster after about a minute of compilation, see docs/notebook/results.md).
         mirror: Our option, for robots with a reflection symmetry (``Environment.mirror_joint_signs``): every model
             also steps the mirror image of the robot, and the ensemble averages both predictions (two network calls
             per model; see :class:`~nerd.integrator.NeRDIntegrator`'s ``mirror_signs``).

@@ -2,7 +2,7 @@
 
 NeRD sees every history step in the frame of that step's *anchor* (the robot's base) and predicts the change
 of state over one frame in the anchor frame of the step it starts from, so a model trained in one place and
-heading works in every other (spec §5, §6). This module holds those transforms and nothing engine-specific:
+heading works in every other. This module holds those transforms and nothing engine-specific:
 it is pure torch, batched over leading dimensions and differentiable.
 
 State layout (Newton 1.8, checked in the engine)
@@ -14,7 +14,7 @@ State layout (Newton 1.8, checked in the engine)
     - ``joint_qd[:3]``: linear velocity ``v`` of the base body's **centre of mass**, world frame [m/s];
     - ``joint_qd[3:6]``: angular velocity ``ω`` of the base, world frame [rad/s];
 
-    then hinge/slider coordinates and rates. Linear comes first, then angular (the spec's §2 lists them the
+    then hinge/slider coordinates and rates. Linear comes first, then angular (some write them the
     other way round; the engine's order is the one used here).
 
 Why the velocity point matters and why no ``ω × r`` term appears: ``v`` is the COM velocity vector
@@ -158,7 +158,7 @@ def anchor_pose(states: Tensor, layout: StateLayout, root_body_q: Tensor | None 
 
 
 def states_to_anchor_frame(states: Tensor, anchor: Tensor | None, layout: StateLayout) -> Tensor:
-    """Express world-frame states in their anchors (spec §5).
+    """Express world-frame states in their anchors.
 
     Floating base: ``p_b = Rᵀ(p − p_a)``, ``q_b = q_a⁻¹ ⊗ q``, ``v_b = Rᵀ v``, ``ω_b = Rᵀ ω`` (so with
     the base as its own anchor, ``p_b = 0`` and ``q_b`` is the identity). Joint coordinates are frame-free; the
@@ -247,7 +247,7 @@ def gravity_to_anchor_frame(anchor: Tensor) -> Tensor:
 
 
 def compute_target(states_t: Tensor, states_t1: Tensor, anchor_t: Tensor | None, layout: StateLayout) -> Tensor:
-    """Relative prediction target from step t to t + 1, in the anchor frame of step t (spec §6).
+    """Relative prediction target from step t to t + 1, in the anchor frame of step t.
 
     Both states are expressed in the *same* anchor (that of step t) and differenced there:
 

@@ -1,4 +1,4 @@
-"""Training a NeRD model: one explicit loop over dataset windows (spec §7).
+"""Training a NeRD model: one explicit loop over dataset windows.
 
 batch -> normalised MSE over every causal position -> backward -> clip -> Adam step, with a linear learning-
 rate decay; after every epoch a validation loss, a short passive rollout against the ground truth, TensorBoard
@@ -143,7 +143,7 @@ class TrainConfig:
     """Split each batch (each rank's share under torchrun) into micro-batches of at most this many windows whose
     gradients are accumulated before the one optimiser step: the same gradient up to float rounding, faster on a
     CPU where a micro-batch's activations stay in cache (our option; 128 windows made the Cartpole CPU config's
-    step ~1.2x faster, docs/results.md). None: the whole batch at once (the release's way)."""
+    step ~1.2x faster, docs/notebook/results.md). None: the whole batch at once (the release's way)."""
     average_weights_from: float | None = None
     """Weight averaging (our option; stochastic weight averaging, Izmailov et al. 2018): once this fraction of the
     run is done (of its time budget, or of its optimiser steps without one), keep an equal-weight mean of the

@@ -1,4 +1,4 @@
-"""Training windows over a trajectory dataset: every start position of every trajectory (spec §7).
+"""Training windows over a trajectory dataset: every start position of every trajectory.
 
 The HDF5 file is read once, converted to robot-centric model inputs and relative targets
 (:mod:`nerd.features`) in chunks, and kept as tensors of shape (num_trajectories, T, width). A window is

@@ -43,7 +43,7 @@ def make_env(name: str, num_envs: int, device: str = "cpu", solver: str | None =
     """Build robot ``name`` with ``num_envs`` copies and its fixed-size ground contacts.
 
     Args:
-        contact_config: Ground configuration id for robots that define several (the pendulum, spec §4);
+        contact_config: Ground configuration id for robots that define several (the pendulum);
             None keeps the default ground, the plane z = 0.
         mass_matrix_refresh: Featherstone's mass-matrix refresh, ``"frame"`` (the release's) or ``"substep"``;
             None keeps the robot's default (see :data:`nerd.envs.environment.MASS_MATRIX_REFRESH`).

@@ -16,11 +16,11 @@ perpendicular to the leg. Contact friction is Newton's Coulomb law (``contact_fr
 :data:`nerd.envs.environment.CONTACT_FRICTION`: the release's policies score the paper's rewards with it, not with
 warp.sim's Huber-smoothed law).
 
-Distributions: data generation (spec §8) starts from :meth:`Ant.sample_initial_states`; the task reset (RL
+Distributions: data generation starts from :meth:`Ant.sample_initial_states`; the task reset (RL
 episodes, passive evaluation with ``--initial-states task``) is the release's, :meth:`Ant.sample_reset_states`,
 restated Z-up. The release's world is Y-up with the torso's body frame (the MJCF's, Z-up) turned by
 q_c = rot(x, -pi/2); ours is Z-up with the same body frame unturned, so a body-frame quantity carries over
-unchanged and a world vector (X, Y, Z) of the release is (X, -Z, Y) here (robots.md §0.1). From the default
+unchanged and a world vector (X, Y, Z) of the release is (X, -Z, Y) here. From the default
 pose (torso 1.0 m up, upright, hinges ``DEFAULT_HINGES``):
 
 * torso position + (U(+-0.2), U(+-0.2), U(+-0.1)) m (the release's (0.2, 0.1, 0.2) in Y-up axes);
@@ -54,7 +54,7 @@ ANKLE_LIMITS = (0.524, 1.745)  # [rad]
 ARMATURE = 0.05
 JOINT_LIMIT_KE, JOINT_LIMIT_KD = 1.0e3, 1.0e2
 # Contact material of the release's ant shapes, and of its ground plane: the release never sets the ground's
-# material, so it keeps warp.sim's defaults. A contact averages the two shapes' materials (robots.md §0.3);
+# material, so it keeps warp.sim's defaults. A contact averages the two shapes' materials (warp.sim's rule);
 # our ground is not a shape, so the ant's shapes carry the averages (ke 7e4, kd 550, kf 2e3, mu 0.625).
 CONTACT_KE, CONTACT_KD, CONTACT_KF, CONTACT_MU = 4.0e4, 1.0e2, 3.0e3, 0.75
 GROUND_KE, GROUND_KD, GROUND_KF, GROUND_MU = 1.0e5, 1.0e3, 1.0e3, 0.5
@@ -68,7 +68,7 @@ LEGS = (
     ("back_left", (-1.0, -1.0), (-1.0, 1.0, 0.0), -1.0),
     ("back_right", (1.0, -1.0), (1.0, 1.0, 0.0), 1.0),
 )
-# Data generation (spec §8).
+# Data generation (the release's ranges).
 INIT_HEIGHT_RANGE = (1.0, 1.3)  # [m]
 INIT_HORIZONTAL_RANGE = 10.0  # [m] torso x and y uniform in +-this (the release's)
 INIT_TILT_RANGE = math.pi / 2  # [rad] body-frame tilt about a random axis, angle uniform in +-this (the release's)
@@ -181,7 +181,7 @@ class Ant(Environment):
         return torch.cat([q, torch.zeros(n, self.dof_qd)], dim=1).to(self.torch_device)
 
     def sample_initial_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        """The release's data sampler (spec §8): torso anywhere within +-10 m, 1.0-1.3 m high, tilted by U(+-pi/2)
+        """The release's data sampler: torso anywhere within +-10 m, 1.0-1.3 m high, tilted by U(+-pi/2)
         about a random body axis; hips +-40 deg, ankles within range, body-frame velocities."""
         height = uniform(INIT_HEIGHT_RANGE[0], INIT_HEIGHT_RANGE[1], n, generator)
         horizontal = uniform([-INIT_HORIZONTAL_RANGE] * 2, [INIT_HORIZONTAL_RANGE] * 2, n, generator)

@@ -1,8 +1,8 @@
 """Anymal: ANYmal C (free base + 4 legs of 3 revolute joints) as the NeRD release simulated it, built in code.
 
 No mesh or URDF is needed for the physics: the 13 bodies, 12 joints and 9 primitive colliders are rebuilt here
-from the numbers of ``/work/shared/design/robots.md`` §1 (the release's URDF after warp.sim's import, overrides
-included), Z-up, with the base 0.7 m up and unturned (robots.md §0.1: a release Y-up vector (X, Y, Z) is (X, −Z, Y)
+from the numbers of the release's URDF after warp.sim's import (overrides
+included), Z-up, with the base 0.7 m up and unturned (a release Y-up vector (X, Y, Z) is (X, −Z, Y)
 here; body-frame numbers carry over unchanged).
 
 * Bodies (mass [kg]): base 27.99286 (the release's base includes warp.sim's 0.01 kg "static links" merged into it,
@@ -15,7 +15,7 @@ here; body-frame numbers carry over unchanged).
   capsule r 0.06, half-length 0.06 on each THIGH; a foot sphere r 0.03 on each SHANK. Contact material: the
   averages of the release's robot (ke 2e3, kd 5e2, kf 1e2, mu 0.75) and ground (warp.sim defaults ke 1e5, kd 1e3,
   kf 1e3, mu 0.5) materials, ke 51 000, kd 750, kf 550, mu 0.625 (our ground is not a shape, so the robot's
-  shapes carry the averages). 14 contact candidates, in the release's order (robots.md §1.9): base capsule +x and
+  shapes carry the averages). 14 contact candidates, in the release's order: base capsule +x and
   −x ends, then per leg LF, RF, LH, RH the knee capsule's +x and −x ends (thigh) and the foot centre (shank).
 * Stepping: frame 1/60 s, 10 Featherstone substeps, mass matrix once per frame (the release's).
 
@@ -24,7 +24,7 @@ KFE)]`` and ``joint_qd = [base COM velocity (3), ω (3), the 12 joint rates in t
 convention, :mod:`nerd.envs.environment`). This is the release's joint order (warp.sim's import reversed the legs),
 so states, torques (``joint_acts``) and actions line up index by index with the release's data and policies.
 
-Two variants (``robot_variant``, robots.md §1.3), chosen explicitly:
+Two variants (``robot_variant``), chosen explicitly:
 
 * ``"physical"`` (default): each joint's child body has the joint's index (bodies are created RH, LH, RF, LF like
   the joints), so Featherstone's joint-space mass matrix is the robot's. Free fall accelerates the COM at g.
@@ -42,7 +42,7 @@ Controllers (``control_mode``), once per frame from the start-of-frame state, to
   env).
 * ``"torque"`` (the release's ``Anymal``): τ = clamp(a, ±1)·[75, 60, 12] (HAA, HFE, KFE) + 85·(q_default − q).
 
-Distributions (robots.md §1.6), restated Z-up:
+Distributions (the release's), restated Z-up:
 
 * data generation (:meth:`Anymal.sample_initial_states`, the release's dataset reset): base x, y ± 0.2 m, height
   U[0.65, 1.0] m, orientation rot(axis, angle) with axis = normalise(U(±1)³), angle U(±1)·π/6; joints
@@ -53,7 +53,7 @@ Distributions (robots.md §1.6), restated Z-up:
 Both keep the release's off-by-one: the first joint's rate (RH_HAA) is never randomised.
 
 Friction: Newton's Coulomb law by default, as for every robot (``contact_friction``); ``"huber"`` is the release's
-warp.sim law (robots.md §0.3). The release's published walking policies score like the paper's ground truth under
+warp.sim law. The release's published walking policies score like the paper's ground truth under
 either law in the release variant; the numbers, per law and variant, are in docs/anymal.md.
 
 Tasks on this robot: ``forward_walk`` and ``side_walk`` (:mod:`nerd.rl.tasks.anymal`). Data generation
@@ -133,7 +133,7 @@ HAA_LIMITS = {"LF": (-0.72, 0.49), "LH": (-0.72, 0.49), "RF": (-0.49, 0.72), "RH
 UNLIMITED = 1.0e6  # [rad] warp.sim's default limit for HFE and KFE (no URDF limit): never reached
 ARMATURE = 0.06
 JOINT_LIMIT_KE, JOINT_LIMIT_KD = 1.0e3, 10.0
-# Contact material: the release's robot shapes and warp.sim's default ground, averaged (robots.md §0.3, §1.2).
+# Contact material: the release's robot shapes and warp.sim's default ground, averaged (warp.sim's rule).
 CONTACT_KE, CONTACT_KD, CONTACT_KF, CONTACT_MU = 2.0e3, 5.0e2, 1.0e2, 0.75
 GROUND_KE, GROUND_KD, GROUND_KF, GROUND_MU = 1.0e5, 1.0e3, 1.0e3, 0.5
 BASE_CAPSULE = (0.10, 0.375)  # [m] radius, half-length along body x, centred on the base origin
@@ -143,12 +143,12 @@ FOOT_SPHERE = (0.03, (0.01305, 0.08795, -0.31547))  # [m] radius, centre in the 
 START_HEIGHT = 0.7  # [m] base height of the default pose (feet 7.7 cm above the ground)
 DEFAULT_JOINT_Q = {"LF": (-0.03, -0.4, 0.8), "RF": (0.03, -0.4, 0.8), "LH": (-0.03, 0.4, -0.8),
                    "RH": (0.03, 0.4, -0.8)}
-"""[rad] The pose the release simulates (its code comment names the legs in the wrong order, robots.md §1.4)."""
+"""[rad] The pose the release simulates (its code comment names the legs in the wrong order)."""
 PD_KP, PD_KD = 85.0, 2.0  # the release's RL gains [N·m/rad], [N·m·s/rad]
 ACTION_SCALE = 0.5  # [rad] target offset per unit action
 TORQUE_SCALE = (75.0, 60.0, 12.0)  # [N·m] torque mode, per unit action (HAA, HFE, KFE)
 TORQUE_MODE_KP = 85.0  # [N·m/rad] torque mode's spring to the default pose
-# Data generation (robots.md §1.6, §1.7).
+# Data generation (the release's ranges and PD gain box).
 DATA_PD_GAINS = {"release": ((30.0, 200.0), (0.0, 1.0)), "damped": ((30.0, 100.0), (1.0, 3.0))}
 """Data-generation gain boxes, (Kp range, Kd range) per name. ``release``: the release's sampler (default).
 ``damped``: ours, a box the held-over-a-frame PD law keeps stable on the physical robot; the release's box makes
@@ -161,7 +161,7 @@ INIT_JOINT_RANGE = 0.2  # [rad]
 INIT_ANG_VEL_RANGE = 0.25  # [rad/s] body frame
 INIT_LIN_VEL_RANGE = 0.1  # [m/s] base-origin velocity, body frame
 INIT_JOINT_VEL_RANGE = 0.25  # [rad/s]
-# Task reset (robots.md §1.6).
+# Task reset (the release's RL reset).
 RESET_JOINT_SCALE = (0.5, 1.5)
 RESET_JOINT_VEL_RANGE = 0.1  # [rad/s]
 NUM_JOINTS = 12

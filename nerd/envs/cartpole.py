@@ -23,15 +23,15 @@ RAIL_LIMIT = 4.0  # [m]
 RAIL_LIMIT_KE = 1.0e4
 RAIL_LIMIT_KD = 10.0
 ACTION_SCALE = 1500.0  # [N] cart force per unit action
-# Data generation (spec §8): initial states and white-noise force amplitude.
+# Data generation (the release's): initial states and white-noise force amplitude.
 INIT_Q_RANGE = (3.5, torch.pi)
 INIT_QD_RANGE = (10.0, 10.0)
 TORQUE_NOISE_SCALE = (1500.0, 0.0)
-# Task reset (spec §3): x, x_dot, theta_dot ~ U(-1, 1), theta ~ U(-pi, pi).
+# Task reset (the release's): x, x_dot, theta_dot ~ U(-1, 1), theta ~ U(-pi, pi).
 RESET_RANGE = (1.0, torch.pi, 1.0, 1.0)
 # Near-limit starts (ours, --initial-states limits): the cart this far from the rail's centre [m] and this fast
 # towards the nearer stop [m/s], the pole as in the task reset. Passive motion from the task reset meets the stops
-# slowly (median ~0.7 m/s, < 0.1 m deep); such bounces are 0.25 % of the sampler's data (docs/accuracy.md).
+# slowly (median ~0.7 m/s, < 0.1 m deep); such bounces are 0.25 % of the sampler's data (docs/notebook/accuracy.md).
 LIMIT_START_X = (3.2, 4.0)
 LIMIT_START_SPEED = (-0.5, 1.5)
 

@@ -1,4 +1,4 @@
-"""Fixed-size contact representation (spec §4): pre-extracted contact candidates vs. a ground plane.
+"""Fixed-size contact representation (the paper's): pre-extracted contact candidates vs. a ground plane.
 
 Each robot gets a fixed list of C contact candidates, points on its collision shapes in body coordinates:
 a sphere gives its centre, a capsule its two segment end points, a box its 8 corners, a mesh its origin.
@@ -183,10 +183,10 @@ def eval_ground_contact_forces(
     # output
     body_f: wp.array[wp.spatial_vector],
 ):
-    """Robot-ground contact wrenches with warp.sim's Huber-smoothed friction (robots.md §0.3), added to ``body_f``.
+    """Robot-ground contact wrenches with warp.sim's Huber-smoothed friction, added to ``body_f``.
 
     Reads a Newton contact set of robot shapes (A) against a body-less ground (B), normal stored A -> B, and
-    evaluates what robots.md §0.3 states of warp.sim's ``eval_rigid_contacts``: gap d = n·(p_A − p_B) with n the
+    evaluates the law of warp.sim's ``eval_rigid_contacts``: gap d = n·(p_A − p_B) with n the
     ground normal and both points moved by their margins (thickness); if d < ka, normal force ke·d + kd·min(vn, 0)
     and friction ft = vt / H(vt) · min(kf·H(vt), −mu·(fn + fd)), H the Huber norm. Material: the robot shape's
     (the ground is not a shape). ``body_qd`` is Newton's (COM velocity, angular velocity); wrenches are (force,
@@ -219,7 +219,7 @@ def eval_ground_contact_forces(
 
 
 class GroundContacts:
-    """Fixed-size ground contacts of N robot copies (spec §4): the collision stage of an environment.
+    """Fixed-size ground contacts of N robot copies: the collision stage of an environment.
 
     Owns each env's ground plane and a Newton contact set of N * C contacts (C candidates per copy), which the
     environment's solver consumes; :meth:`detect` refreshes it for the current body poses. A robot without

@@ -36,8 +36,8 @@ more accurate integration. Bias forces, contacts and limits are evaluated at eve
 
 
 CONTACT_FRICTION = ("coulomb", "huber")
-"""Friction law of the ground contacts (robots.md §0.3): ``"coulomb"`` Newton 1.8's, viscous kf·|vt| capped at
-mu·|Fn| (the solver evaluates it), or ``"huber"`` warp.sim's Huber-smoothed law as robots.md §0.3 states it
+"""Friction law of the ground contacts: ``"coulomb"`` Newton 1.8's, viscous kf·|vt| capped at
+mu·|Fn| (the solver evaluates it), or ``"huber"`` warp.sim's Huber-smoothed law
 (:func:`nerd.envs.contacts.eval_ground_contact_forces`; mostly viscous, friction can exceed mu·|Fn| several-fold
 around 0.5 m/s). The normal spring-damper is the same in both. The release's published Ant policies reproduce the
 paper's ground-truth rewards under ``"coulomb"`` (within 7 %) and not under ``"huber"`` (−11 % and −23 %), see
@@ -90,7 +90,7 @@ class Environment:
     control_steps: int = 1
     """Frames per policy action in RL tasks (the release's ``control_steps``; Franka's PD control: 2)."""
     states_frame: ClassVar[str] = "world"
-    """Frame of the model's state inputs: ``"world"`` or ``"body"`` (robot-centric, spec §5)."""
+    """Frame of the model's state inputs: ``"world"`` or ``"body"`` (robot-centric)."""
     continuous_q_indices: ClassVar[tuple[int, ...]] = ()
     """Joint coordinates (within one env's joint_q) of continuous revolute joints, wrapped into [-pi, pi)."""
     anchor_body: ClassVar[int] = 0
@@ -129,7 +129,7 @@ class Environment:
     each joint DoF's coordinate, rate and torque under it, for fixed-base world-frame robots without contacts;
     empty: the robot declares none (``mirror`` is refused). A test checks it against the ground truth."""
     passive_metrics: ClassVar[dict[str, tuple[str, tuple[int, ...]]]] = {}
-    """Passive-motion metrics (spec §9): name -> (kind, joint_q indices). Kinds: ``"abs"`` mean |dq| over the
+    """Passive-motion metrics: name -> (kind, joint_q indices). Kinds: ``"abs"`` mean |dq| over the
     indices (wrapped for continuous joints), ``"position"`` base position distance, ``"orientation"`` base
     rotation angle, ``"end_effector"`` distance between the :meth:`end_effector_position` of the two states."""
 
@@ -202,7 +202,7 @@ class Environment:
         self.joint_acts = torch.zeros(num_envs, self.act_dim, device=self.torch_device)
         """Torques applied in the last frame, (N, act_dim) [N·m or N]."""
         self.ground = GroundContacts(self.model, num_envs, self.bodies_per_env, self.shapes_per_env)
-        """The fixed-size ground contacts (spec §4): each env's ground plane and the solver's contact set."""
+        """The fixed-size ground contacts: each env's ground plane and the solver's contact set."""
         newton.eval_fk(self.model, self.state_0.joint_q, self.state_0.joint_qd, self.state_0)
         self.refresh_contacts()
 
@@ -217,11 +217,11 @@ class Environment:
         raise NotImplementedError
 
     def sample_initial_states(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        """Initial states (n, dof_q + dof_qd), world frame, for data generation (spec §8 ranges)."""
+        """Initial states (n, dof_q + dof_qd), world frame, for data generation (the release's ranges)."""
         raise NotImplementedError
 
     random_torque_box: ClassVar[tuple[float, ...]] = ()
-    """Half-widths [N or N·m] of the white-noise torque box of data generation, one per joint torque (spec §8);
+    """Half-widths [N or N·m] of the white-noise torque box of data generation, one per joint torque;
     empty for robots whose data does not draw random torques."""
 
     def sample_random_torques(self, n: int, generator: torch.Generator) -> torch.Tensor:

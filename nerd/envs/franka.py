@@ -1,13 +1,13 @@
 """Franka: the Panda arm of the NeRD release's ``FrankaReach`` (fixed base, 7 revolute joints, fixed gripper).
 
-Built in code from robots.md §2 (no asset): 7 bodies ``panda_link1..7``, each hinged about its local z axis
+Built in code from the release's numbers (no asset): 7 bodies ``panda_link1..7``, each hinged about its local z axis
 to the previous one (link 1 to the world) at the URDF joint origins ``JOINT_ORIGINS``; joint order = body
 order. Link 0 is the static base at the world origin; link 8, the hand and the fingers are merged into link 7
 (the release collapsed its fixed joints).
 
 Inertials: the release's URDF has no ``<inertial>`` tags, so its importer derived COM and inertia from the
 collision meshes at density 3500 and the env then overwrote the **masses only** ("Isaac Lab" values). Two
-builds of that exist (robots.md §2.2): warp.sim >= 1.8 and warp.sim <= 1.7 (mesh COM/inertia from the vertex
+builds of that exist: warp.sim >= 1.8 and warp.sim <= 1.7 (mesh COM/inertia from the vertex
 mean, child inertia added once per child shape). We use the **warp.sim >= 1.8 table**
 (``robots_numbers.json`` key ``franka_warp_1_8_to_1_9``): it is what the release's code builds under the
 warp version its README pins (1.8.0), and the older build's COM/inertia come from an importer bug fixed in
@@ -22,7 +22,7 @@ depths stayed at 1000 and they never acted; its NeRD model took states and torqu
 Here the arm has **no collision shapes, hence zero contact candidates**, the same "no contacts" as Cartpole:
 no contact set for the solver, (N, 0, ·) contact features, and tokens of ``states (14) + joint_acts (7) = 21``.
 
-Controls (robots.md §2.3, once per frame from the start-of-frame state, ``control_mode``):
+Controls (the release's, once per frame from the start-of-frame state, ``control_mode``):
 
 * ``"torque"``: τ = clamp(a, ±1)·[87, 87, 87, 87, 12, 12, 12] N·m, one frame per policy action;
 * ``"position"``: joint-position PD towards target = q + 0.03125·a,
@@ -98,7 +98,7 @@ CONTROL_MODES = ("torque", "position")
 """Controllers of :class:`Franka`: joint torque (the default), or the release's joint-position PD."""
 CONTROL_STEPS = {"torque": 1, "position": 2}
 """Frames per policy action in RL tasks, per control mode (the release's ``control_steps``)."""
-# Data generation (spec §8, the release's ``sample`` mode).
+# Data generation (the release's ``sample`` mode).
 INIT_Q_RANGE = 10.0  # [rad], wrapped into [-pi, pi)
 INIT_QD_RANGE = math.pi  # [rad/s]
 TORQUE_NOISE_SCALE = (100.0, 100.0, 100.0, 100.0, 20.0, 20.0, 20.0)  # [N·m]

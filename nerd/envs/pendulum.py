@@ -7,7 +7,7 @@ downwards (right-hand rule about +y). The joint limits span +-2 pi with zero sti
 effectively free and are treated as continuous. The friction coefficient is not fixed by the release's
 description; Newton's default (mu = 1.0) is kept.
 
-Ground configurations (spec §4) are a command-line choice: plane through (0, 0, offset) with normal
+Ground configurations are a command-line choice: plane through (0, 0, offset) with normal
 R(xyz Euler, extrinsic) * (0, 0, 1). Data generation instead draws a random plane per trajectory.
 """
 
@@ -31,7 +31,7 @@ PIVOT_HEIGHT = 2.0  # [m] first pivot above the world origin
 JOINT_LIMIT = 2.0 * math.pi  # [rad], zero limit stiffness: effectively unlimited
 CONTACT_KE, CONTACT_KD, CONTACT_KF = 1.0e4, 1.0e3, 1.0e4
 ACTION_SCALE = 1500.0  # [N·m] per unit action
-# Data generation (spec §8).
+# Data generation (the release's ranges).
 INIT_Q_RANGE = (math.pi, math.pi)
 INIT_QD_RANGE = (2.0 * math.pi, 4.0 * math.pi)
 TORQUE_NOISE_SCALE = (1500.0, 1500.0)
@@ -137,13 +137,13 @@ class PendulumWithContact(Environment):
         * ``"release"``: the offset is uniform between 3.5 m below the root and the lowest contact point, as the
           release's pendulum sampler draws it; about 7.5 % of the steps have a capsule within its radius of the
           plane.
-        * ``"near"`` (ours, before stop 19): uniform within 1 m below the lowest contact point; about twice the
+        * ``"near"`` (ours, the earlier default): uniform within 1 m below the lowest contact point; about twice the
           contact steps (16 %), yet a model trained on it was 6-25 % less accurate on every fixed configuration
-          at the same budget (docs/accuracy.md); kept to reproduce the data of the stop-17 model, the
-          starting point of the shipped pendulum model.
+          at the same budget (docs/notebook/accuracy.md); kept to reproduce the data of the earlier model that
+          the shipped pendulum model was fine-tuned from.
 
         The release draws the normal uniformly in the cube [-1, 1]^3 before normalising it, which slightly favours
-        diagonal normals; the spec's uniform sphere is kept.
+        diagonal normals; this project draws them uniformly on the sphere.
 
         Args:
             contact_points: (n, C, 3) candidate points of the initial states [m], world frame.

@@ -1,8 +1,8 @@
 """NeRDEnsembleIntegrator: K NeRD models of one robot stepping as one solver (an option of ours, not the release's).
 
-Each step applies the mean of the members' relative targets (spec §6), integrated once. Averaging independently
+Each step applies the mean of the members' relative targets, integrated once. Averaging independently
 trained models cancels part of their errors, which compound over a long rollout; it costs K network calls per
-step. Measured for the Cartpole in docs/accuracy.md ("An ensemble of two lineages").
+step. Measured for the Cartpole in docs/notebook/accuracy.md ("An ensemble of two lineages").
 
 Every member keeps the history of its own inputs, so members may read different input groups (a model with the
 joint-limit look-ahead next to one without it) and different history lengths; what they must share is the robot,

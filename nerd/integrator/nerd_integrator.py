@@ -5,7 +5,7 @@ everything from those arguments: joint coordinates and body poses from ``state_i
 ``control.joint_f``, and the contacts from the same :class:`newton.Contacts` set the analytical solver
 consumes (candidate points in body coordinates, ground points and normals in the world). One call advances
 one frame: it appends the current robot-centric token to each env's history, predicts the state change,
-integrates it (spec §6), writes ``joint_q``/``joint_qd`` of ``state_out`` and runs forward kinematics.
+integrates it, writes ``joint_q``/``joint_qd`` of ``state_out`` and runs forward kinematics.
 
 History: one buffer (N, H, D) of normalised tokens (each token normalised once, when it is recorded),
 left-aligned. An env with L < H valid tokens holds them at positions 0..L-1 and its prediction is read at
@@ -41,7 +41,7 @@ from nerd.representation import integrate_target
 
 CPU_CHUNK_ENVS = 256
 """Envs per network call on a CPU: (256, 10, 256) float32 MLP activations (2.6 MB) stay in L2/L3 cache; measured
-fastest of 64-2048 for the Cartpole model at N = 2048 (docs/results.md)."""
+fastest of 64-2048 for the Cartpole model at N = 2048 (docs/notebook/results.md)."""
 
 
 class NeRDIntegrator(newton.solvers.SolverBase):
@@ -61,14 +61,14 @@ class NeRDIntegrator(newton.solvers.SolverBase):
         check_nan: Raise :class:`RolloutDivergedError` when a prediction is not finite, and a
             :class:`~nerd.errors.UserError` when the applied torques are not (see :meth:`set_nan_check`).
         compile_model: Run the per-step prediction through ``torch.compile`` (an option of ours: see
-            docs/results.md for what it does on a CPU; the first steps pay the compilation).
+            docs/notebook/results.md for what it does on a CPU; the first steps pay the compilation).
         chunk_envs: Envs per network call. None: :data:`CPU_CHUNK_ENVS` on a CPU (activations that stay in
             cache; 1.3x faster than one call for 2048 envs on the project's CPU), all envs at once on a GPU.
         mirror_signs: Our option: feed the network the mirror image of every state and torque, and mirror its
             prediction back. The robot's reflection symmetry, one sign per joint DoF
             (:attr:`~nerd.envs.environment.Environment.mirror_joint_signs`). Alone it is the same dynamics seen in a
             mirror; next to the plain model in an ensemble it averages out the part of the network's error that
-            breaks the symmetry (docs/accuracy.md). None: the network sees the robot as it is.
+            breaks the symmetry (docs/notebook/accuracy.md). None: the network sees the robot as it is.
 
     Raises:
         ValueError: If the network's input groups do not match ``signature`` or ``history_length`` exceeds its

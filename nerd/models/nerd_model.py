@@ -254,7 +254,7 @@ class NeRDModel(nn.Module):
                 depend on positions ``0 .. last[b]`` only.
             chunk: Run the network on at most this many rows at a time (None: all at once). Rows are
                 independent, so the result is the same; on a CPU, chunks whose activations stay in cache are
-                faster (docs/results.md).
+                faster (docs/notebook/results.md).
 
         Returns:
             ``(B, P)`` raw targets.

@@ -1,4 +1,4 @@
-"""Reinforcement learning on the neural or ground-truth simulator (spec §9, Table 1).
+"""Reinforcement learning on the neural or ground-truth simulator (the paper's Table 1).
 
 ``tasks/`` defines the tasks (one module per robot), ``vec_env`` the rl-games vectorised environment,
 ``config`` the RL config files, ``runner`` PPO training and policy playback, ``batch_eval`` the

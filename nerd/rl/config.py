@@ -104,7 +104,7 @@ class RLEnvConfig:
     """Stop with an error at the first neural step beyond the training data (with ``data_margin``)."""
     compile_nerd_model: bool = False
     """Run the NeRD model's per-step prediction through ``torch.compile`` (our option: 1.3x faster on the
-    project's CPU after about a minute of compilation, docs/results.md)."""
+    project's CPU after about a minute of compilation, docs/notebook/results.md)."""
 
     def __post_init__(self) -> None:
         check_range("disagreement_penalty", self.disagreement_penalty, low=0)

@@ -6,7 +6,7 @@ The inputs must be one model's checkpoints along one line of training: the same 
 length and normalisation statistics (a run's checkpoints, or runs started from one model with ``--init-from``).
 With ``--valid-dataset`` the one-step validation loss of every input and of the average is printed (the same
 windows for all), so the average can be kept only where it is lower than every input's: the selection rule of
-docs/accuracy.md, which looks at no rollout.
+docs/notebook/accuracy.md, which looks at no rollout.
 
 Examples:
     # a low-rate tail from a trained model (train.py --init-from runs/Cartpole_cpu/nn/best.pt ...), then its ends

@@ -1,4 +1,4 @@
-r"""Evaluate passive motion of NeRD (or the ground truth) against the ground-truth simulator (spec §9).
+r"""Evaluate passive motion of NeRD (or the ground truth) against the ground-truth simulator.
 
 Installed as ``nerd-eval``; ``python eval/eval_passive_motion.py`` runs the same.
 

@@ -49,37 +49,24 @@ def main(argv: list[str] | None = None) -> None:
     add_robot_variant_arg(parser)
     add_control_mode_arg(parser)
     parser.add_argument("--pd-gains", default=None,
-                        help="data-generation PD gain box of robots whose data goes through a PD law: Anymal "
-                             "'release' (default: Kp ~ U[30, 200], Kd ~ U[0, 1]) or 'damped' (ours: Kp ~ U[30, 100], "
-                             "Kd ~ U[1, 3], stable on the physical robot; docs/anymal.md)")
+                        help="PD gain box of robots whose data goes through a PD law (Anymal): 'release' (default) "
+                             "or 'damped' (ours, stable on the physical robot; docs/anymal.md)")
     parser.add_argument("--ground-planes", default=None,
-                        help="random ground planes of the pendulum's data: 'release' (default: offset uniform "
-                             "between 3.5 m below the pivot and the lowest contact point, as the release) or "
-                             "'near' (ours until stop 19: within 1 m below the lowest contact point; it trained a less "
-                             "accurate model, docs/accuracy.md)")
+                        help="random ground planes of the pendulum's data: 'release' (default: offset between 3.5 m "
+                             "below the pivot and the lowest contact point) or 'near' (ours: within 1 m below the "
+                             "lowest contact point)")
     parser.add_argument("--torque-scale", default="full", choices=list(TORQUE_SCALES),
-                        help="white-noise torques over the robot's whole box ('full', the release) or over a box "
-                             "shrunk per trajectory by 10^U[-2, 0] ('log-uniform', ours: covers the small torques of a "
-                             "task's controller; Cartpole at 20 CPU-min: 1.0-2.5x lower passive error, 4x higher "
-                             "one-step error on full-box data, docs/accuracy.md; Franka at 55 CPU-min: 1.5-1.7x lower "
-                             "passive joint error, NeRD-trained reach policy gap +5.7 %% instead of +84.5 %%; "
-                             "Ant at 65 CPU-min: up to 1.4x lower passive error but a worse "
-                             "run policy (gap +706 %% instead of +440 %%: the policy saturates torques that this data "
-                             "rarely holds); docs/results.md), or the white noise doubled and clipped to the box "
-                             "('saturating', ours: half the torques at the limit, as the Ant's run policies apply "
-                             "them; with --torque-hold-frames 128 it trained the Ant model whose run policy "
-                             "transfers, gap +37 %% instead of +440 %%, at 3.2-3.8x the base's passive error at "
-                             "500 steps)")
+                        help="random torques: white noise over the robot's whole torque box ('full', the release's), "
+                             "over a box shrunk per trajectory by 10^U[-2, 0] ('log-uniform', ours) or doubled and "
+                             "clipped to the box ('saturating', ours: half the torques at the limit); their effect "
+                             "on models and policies: docs/notebook/results.md")
     parser.add_argument("--torque-hold-frames", type=int, default=1,
-                        help="hold each random torque for a while instead of redrawing it every frame (ours): each "
-                             "trajectory draws a mean hold log-uniformly in [1, this] frames; 1 is white noise, the "
-                             "release's (the Ant needed 128, 16 was not enough; docs/results.md)")
+                        help="hold each random torque for a mean time drawn log-uniformly in [1, this] frames per "
+                             "trajectory (ours); 1 redraws every frame (white noise, the release's)")
     parser.add_argument("--initial-states", default="data", choices=sorted(INITIAL_STATES),
-                        help="where trajectories start: the robot's data-generation sampler ('data', the release's, "
-                             "spec §8) or its task reset ('task', ours: the states that its RL tasks and the "
-                             "release's passive evaluation start from; put a file of each in one directory to "
-                             "train on the mix) or, for the Cartpole, near a rail stop moving slowly into it "
-                             "('limits', ours: data for the slow bounces)")
+                        help="where trajectories start: the robot's data-generation sampler ('data', the release's), "
+                             "its task reset ('task', ours) or, for the Cartpole, near a rail stop moving slowly into "
+                             "it ('limits', ours); training on a directory of several such files mixes them")
     parser.add_argument("--compression", default="lzf", choices=["lzf", "gzip", "none"],
                         help="HDF5 compression")
     add_common_args(parser)

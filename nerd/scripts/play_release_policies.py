@@ -1,4 +1,4 @@
-"""Play the NeRD release's published policies (Ant, ANYmal) in our ground truth (issues 8 and 9).
+"""Play the NeRD release's published policies (Ant, ANYmal) in our ground truth.
 
 Prints a Markdown table (reward against the paper's ground truth, episode lengths, per-term rewards, the largest
 observation-mean shift against the checkpoint's running statistics) and writes the full report as JSON.
@@ -28,7 +28,7 @@ from nerd.rl.release_policies import PAPER_GROUND_TRUTH, ROBOTS, format_report, 
 from nerd.run_dir import write_text_atomic
 
 DEFAULT_RELEASE_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "release_policies"
-"""``../shared/release_policies`` next to the repository root, where the project keeps the release's policies."""
+"""``shared/release_policies`` in the repository's parent folder: the release's published policies, when present."""
 
 
 def main(argv: list[str] | None = None) -> None:

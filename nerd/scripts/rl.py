@@ -3,7 +3,7 @@ r"""Train a PPO policy (rl-games) in the neural or ground-truth simulator, or pl
 Installed as ``nerd-rl``; ``python eval/run_rl.py`` runs the same.
 
 Examples:
-    # train in NeRD (spec §9: policies are trained in the neural simulator only)
+    # train in NeRD (as in the paper, the policy sees only the neural simulator)
     python eval/run_rl.py --rl-cfg cfg/rl/Cartpole/swingup_cpu.yaml --env-mode neural \
         --nerd-model-path runs/Cartpole_cpu/nn/best.pt --seed 0 --logdir runs/rl/cartpole_neural_0
     # evaluate that policy in the ground truth: mean ± std episode reward and length over 2048 episodes (the

@@ -45,7 +45,7 @@ def test_inactive_contacts_are_zeroed():
 
 
 def test_translated_and_yawed_ant_gives_identical_inputs():
-    """Moving and turning the whole ant on the flat ground leaves every model input unchanged (spec §5)."""
+    """Moving and turning the whole ant on the flat ground leaves every model input unchanged."""
     env = make_env("Ant", 2)
     base = env.sample_initial_states(1, torch.Generator().manual_seed(4))[0]
     yaw = quat_from_axis_angle(torch.tensor([0.0, 0.0, 1.0]), torch.tensor(1.1))

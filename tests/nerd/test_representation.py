@@ -1,4 +1,4 @@
-"""Robot-centric representation and relative targets in nerd.representation (spec §5, §6)."""
+"""Robot-centric representation and relative targets in nerd.representation."""
 
 import math
 
@@ -161,7 +161,7 @@ def test_floating_target_round_trip_in_other_anchors(gen, device):
     for anchor, layout in ((anchor_pose(s0, ANT_WORLD), ANT_WORLD), (foreign, ANT)):
         target = compute_target(s0, s1, anchor, layout)
         torch.testing.assert_close(integrate_target(s0, target, anchor, layout), s1, **TIGHT)
-    # In the world frame δ is the world delta q1 ⊗ q0⁻¹, as the spec writes it.
+    # In the world frame δ is the world delta q1 ⊗ q0⁻¹.
     world_delta = quat_mul(s1[:, 3:7], quat_conjugate(s0[:, 3:7]))
     torch.testing.assert_close(compute_target(s0, s1, anchor_pose(s0, ANT_WORLD), ANT_WORLD)[:, 3:7], world_delta,
                                **TIGHT)

@@ -77,7 +77,7 @@ def test_checkpoint_label_names_the_run_or_the_shipped_robot():
     """Plots name a run's checkpoint by its run directory, not its ``nn`` folder, and a shipped model by its robot."""
     assert checkpoint_label("runs/Ant_tail30_task/nn/best.pt") == "Ant_tail30_task"
     assert checkpoint_label("pretrained_models/NeRD_models/Ant/model.pt") == "Ant"
-    assert checkpoint_label("runs/ant_model_stop29.pt") == "ant_model_stop29"
+    assert checkpoint_label("runs/ant_model_v29.pt") == "ant_model_v29"
 
 
 def test_wrong_robot_or_corrupt_checkpoint_is_refused(pendulum_run, tmp_path):
@@ -398,7 +398,7 @@ def test_rollout_selection_needs_a_rollout(pendulum_run, tmp_path):
 
 
 def test_ground_truth_evaluation_has_zero_error(pendulum_run, device):
-    """Evaluating the ground truth against itself gives exactly zero error (the sanity check of spec §9), on every
+    """Evaluating the ground truth against itself gives exactly zero error (a sanity check of the evaluation), on every
     device (a CPU-only tensor in the metrics once failed every CUDA evaluation)."""
     results = evaluate_passive("PendulumWithContact", None, "ground-truth", 4, 6, 15, seed=500, contact_config=1,
                                device=device, progress=False)

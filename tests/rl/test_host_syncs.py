@@ -3,8 +3,8 @@
 On a GPU two things stall the host every time they run: building a tensor from Python data (a host-to-device copy)
 and reading a device value back (``.item()``, ``bool(tensor)``). A run on an H100 counted one sync too many in
 the Ant's step, a gravity constant built every step; the RL tasks built more (34 per Franka reach step, 17 in each
-forward-kinematics call). torch's dispatcher shows either op on any device, so this test holds the step to the
-budget of issue 11 without a GPU: no tensor built from host data, at most one read-back. Warp's zero-copy
+forward-kinematics call). torch's dispatcher shows either op on any device, so this test holds the step to its
+budget without a GPU: no tensor built from host data, at most one read-back. Warp's zero-copy
 ``wp.to_torch`` views are not copies and are not counted.
 """
 

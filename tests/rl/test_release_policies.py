@@ -1,4 +1,4 @@
-"""The NeRD release's published policies (test data in ../shared) load safely and play in our ground truth.
+"""The NeRD release's published policies (when present beside the repository) load safely and play in our ground truth.
 
 A policy only plays well where its task (observation, reward, reset) and physics match the release's, so a few
 dozen steps of each are a sharp check of the Z-up restatement; the 2048-episode measurement is

@@ -1,6 +1,6 @@
 """Ant tasks of the NeRD release, restated Z-up: run, spin and spin_track.
 
-These are the tasks the release's published policies were trained on (``/work/shared/design/release-tasks.md``),
+These are the tasks the release's published policies were trained on,
 so those policies can play here and the paper's Table 1 numbers can be compared with ours.
 
 Notation, all from the world-frame state (Newton 1.8: ``joint_qd`` = [v, ω], v the torso's centre-of-mass
@@ -13,7 +13,7 @@ no action cost (reward scale 1, bias 0):
     spin:        r = ω_z + u_z                                    (release: ang_vel.y + up.y)
     spin_track:  r = 5 exp(−(ω_z − 5)² − 0.1 ω_x² − 0.1 ω_y²) + 0.1 u_z     (target yaw rate fixed: 5 rad/s)
 
-The release's world is Y-up; a vector (x, y, z) here is (x, z, −y) there (robots.md §0.1), so its up axis y is
+The release's world is Y-up; a vector (x, y, z) here is (x, z, −y) there, so its up axis y is
 our z and its x is our x: the formulas keep their meaning (spin: counter-clockwise seen from above).
 Every task: an episode fails when the torso is lower than 0.3 m and times out after 500 steps. Episodes start
 from the robot's task reset, :meth:`nerd.envs.ant.Ant.sample_reset_states` (the release's).

@@ -1,4 +1,4 @@
-"""ANYmal tasks of the NeRD release, restated Z-up: forward_walk and side_walk (robots.md §1.8).
+"""ANYmal tasks of the NeRD release, restated Z-up: forward_walk and side_walk.
 
 These are the tasks of the release's published ANYmal policies (``anymal_forward.yaml``, ``anymal_side.yaml``),
 on its position-controlled robot (:class:`nerd.envs.anymal.Anymal`, ``control_mode="position"``: targets
@@ -19,7 +19,7 @@ base-capsule ends (candidates 0, 1) below 0.11 m, any knee-capsule end (2, 3, 5,
 (both: within 1 cm of the ground), or the base origin below 0.4 m. Episodes time out after 1000 steps (16.7 s) and
 start from the robot's task reset, :meth:`nerd.envs.anymal.Anymal.sample_reset_states` (the release's).
 
-Observation (37 numbers, the release's ``dflex`` layout in its Y-up world axes, robots.md §0.1):
+Observation (37 numbers, the release's ``dflex`` layout in its Y-up world axes):
 
     [p_z (1), q_c ⊗ q (4), v_Y (3), ω_Y (3), joint q (12), joint q̇ (12), (R e_z)_z (1), (R e_x)_x (1)]
 

@@ -3,7 +3,7 @@
 Episodes start from the robot's task reset, ``sample_reset_states`` of its env module (:mod:`nerd.envs`): a
 robot's distributions live in one layer, shared by every task on it and by passive evaluation.
 
-A task is pure tensor maths on world-frame states ``[joint_q, joint_qd]`` (spec §2 conventions: Z-up, quaternions
+A task is pure tensor maths on world-frame states ``[joint_q, joint_qd]`` (this project's conventions: Z-up, quaternions
 xyzw, a free joint's ``joint_qd = [v (COM, world), ω (world)]``), so the same code scores ground-truth and neural
 rollouts, and tests can check it on hand-built states without a simulator. Per-episode parameters (a target yaw
 rate, say) live in the task object, one row per env, and are redrawn by :meth:`Task.reset`.

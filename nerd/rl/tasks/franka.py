@@ -1,4 +1,4 @@
-"""Franka reach (the release's ``FrankaReach`` task, robots.md §2.5): bring the end effector to a random target.
+"""Franka reach (the release's ``FrankaReach`` task): bring the end effector to a random target.
 
 Every episode draws a target, world frame (robot base at the origin, Z-up), uniformly in
 x ∈ [0.3, 0.7], y ∈ [−0.35, 0.35], z ∈ [0.05, 0.45] m. With the end effector ee = link 7 · (0, 0, 0.21207)

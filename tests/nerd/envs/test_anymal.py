@@ -1,4 +1,4 @@
-"""ANYmal built in code (robots.md §1): its inertia, its two mass-matrix variants, its controller and samplers."""
+"""ANYmal built in code: its inertia, its two mass-matrix variants, its controller and samplers."""
 
 import pytest
 import torch
@@ -8,7 +8,7 @@ from nerd.envs.anymal import PD_KD, PD_KP, default_joint_q, joint_names
 from nerd.errors import UserError
 from nerd.frames import quat_rotate
 
-# Joint-space mass-matrix diagonal (HAA, HFE, KFE) of a leg without armature, robots.md §1.3.
+# Joint-space mass-matrix diagonal (HAA, HFE, KFE) of a leg without armature, from the release's model.
 LEG_H_DIAGONAL = {"physical": (0.490, 0.457, 0.0357), "release": (0.952, 2.974, 0.556)}
 
 
@@ -55,7 +55,7 @@ def test_free_fall_accelerates_the_com_at_g_or_at_the_release_rate(variant_env):
 
 
 def test_leg_mass_matrix_diagonal_matches_robots_md(variant_env):
-    """Featherstone's joint-space H (without armature) of every leg matches robots.md §1.3 in each variant."""
+    """Featherstone's joint-space H (without armature) of every leg matches the release's numbers in each variant."""
     variant, env = variant_env
     env.set_states(env.default_states(1))
     env.step_with_joint_act(torch.zeros(1, 12))

@@ -1,4 +1,4 @@
-"""Fixed-size contact candidates (spec §4), their detection, and the contact physics they drive."""
+"""Fixed-size contact candidates, their detection, and the contact physics they drive."""
 
 import math
 
@@ -185,7 +185,7 @@ def sphere_contact_wrench(vel: tuple[float, float, float]) -> np.ndarray:
     (2.0, 400.0),  # mu |Fn| v / H = 300 * 2 / 1.5
 ])
 def test_huber_friction_law_on_a_sliding_ball(speed, friction):
-    """warp.sim's friction ft = vt / H(vt) * min(kf H(vt), mu |Fn|) against a hand computation (robots.md §0.3)."""
+    """warp.sim's friction ft = vt / H(vt) * min(kf H(vt), mu |Fn|) against a hand computation."""
     wrench = sphere_contact_wrench((speed, 0.0, 0.0))
     # Friction opposes the slide; the 1 cm spring pushes up; the contact point (0, 0, -0.1) from the COM gives
     # torque r x F = (0, 0.1 * friction, 0).

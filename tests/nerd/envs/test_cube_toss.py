@@ -14,7 +14,7 @@ G = 9.81
 
 
 def test_mass_inertia_and_release_defaults():
-    """1.1510227 kg and I = 0.00210695·E (robots.md §3); 20 substeps at 1/148 s, mass matrix every substep, Huber
+    """1.1510227 kg and I = 0.00210695·E (the release's); 20 substeps at 1/148 s, mass matrix every substep, Huber
     friction, no torques."""
     env = make_env("CubeToss", 1)
     np.testing.assert_allclose(env.model.body_mass.numpy(), [1.1510227], rtol=1e-6)

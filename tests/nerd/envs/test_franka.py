@@ -1,4 +1,4 @@
-"""Franka built in code (robots.md §2): kinematics, energy without gravity, its two controllers, samplers, metric."""
+"""Franka built in code: kinematics, energy without gravity, its two controllers, samplers, metric."""
 
 import math
 
@@ -47,7 +47,7 @@ def test_end_effector_forward_kinematics():
     """Hand-computed poses, and the simulator's own link-7 pose for random joint angles.
 
     q = 0: the arm stands straight up with link 7's z axis pointing down, so the EE is at
-    x = 0.0825 − 0.0825 + 0.088, z = 0.333 + 0.316 + 0.384 − 0.21207. The default pose's EE is robots.md's
+    x = 0.0825 − 0.0825 + 0.088, z = 0.333 + 0.316 + 0.384 − 0.21207. The default pose's EE is the release's
     (0.30663, 0, 0.48452).
     """
     torch.testing.assert_close(end_effector_position(torch.zeros(7)),
