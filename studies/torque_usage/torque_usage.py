@@ -1,0 +1,118 @@
+"""How hard policies push against how hard the training data pushed: joint-torque magnitudes side by side.
+
+A NeRD model is only trusted where its data went. A policy trained in NeRD that spends its time at torques the data
+rarely held is acting where the model extrapolates. This script plays each policy in the ground truth (its RL
+config's task, deterministic actions) and records the joint torques the simulator applied (N·m), reads the torques
+of each HDF5 dataset, and reports for each source the mean |torque| and the share of torques above 50 % and 90 % of
+the reference limit (per joint: the largest |torque| in the first dataset, or ``--torque-limit``), and how often a
+joint's torque changes sign from one frame to the next (white noise: half the frames; a gait: a few per period).
+
+Writes a JSON and a Markdown table beside it.
+
+Example (the numbers in docs/notebook/results.md, Ant run):
+    python studies/torque_usage/torque_usage.py --rl-cfg cfg/rl/Ant/run_nerd_cpu.yaml \
+        --checkpoints runs/rl/ant_run_neural_full/nn/last.pth runs/rl/ant_run_neural_logu/nn/last.pth \
+        --datasets data/Ant/train.hdf5 data/Ant_logu/train.hdf5 \
+        --output studies/torque_usage/results/torque_usage_ant_run.json
+"""
+
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from nerd.cli import add_common_args, check_report_outputs, make_parser, resolve_device, run_main, write_report
+from nerd.datasets.hdf5 import load_trajectories
+from nerd.errors import UserError
+from nerd.rl.config import RLConfig, load_rl_config, with_num_envs
+from nerd.rl.runner import load_policy
+from nerd.rl.vec_env import NeRDVecEnv, make_vec_env
+
+THRESHOLDS = (0.5, 0.9)
+
+
+def usage_stats(torques: torch.Tensor, limit: torch.Tensor) -> dict[str, float]:
+    """Mean |torque| / limit, the share of entries above each of :data:`THRESHOLDS` x limit, and the share of
+    frames on which a torque's sign differs from the previous frame's (zero counts as a sign of its own); torques
+    (frames, sequences, A), time first."""
+    ratio = torques.abs() / limit
+    stats = {"mean_abs_over_limit": float(ratio.mean())}
+    for t in THRESHOLDS:
+        stats[f"share_above_{t}"] = float((ratio > t).double().mean())
+    sign = torques.sign()
+    stats["sign_change_rate"] = float((sign[1:] != sign[:-1]).double().mean())
+    return stats
+
+
+def dataset_torques(path: str | Path) -> torch.Tensor:
+    """Every joint torque of an HDF5 dataset, (frames, trajectories, A); a missing or damaged file is a
+    DatasetError."""
+    acts = load_trajectories(path, ("joint_acts",))["joint_acts"]
+    return torch.from_numpy(acts).transpose(0, 1).double()
+
+
+@torch.no_grad()
+def policy_torques(cfg: RLConfig, venv: NeRDVecEnv, checkpoint: str, steps: int, seed: int) -> torch.Tensor:
+    """The joint torques the ground truth ``venv`` applied while ``checkpoint`` played ``steps`` steps from resets
+    drawn at ``seed`` (of each step's last frame, for robots that hold an action for several frames), (steps,
+    envs, A)."""
+    policy = load_policy(cfg, checkpoint, venv.get_env_info(), str(venv.device))
+    venv.seed(seed)  # every policy starts from the same initial states
+    obs = venv.reset()
+    policy.reset()
+    out = []
+    for _ in tqdm(range(steps), desc=Path(checkpoint).name, leave=False):
+        obs, _, _, _ = venv.step(policy(obs))
+        out.append(venv.nenv.joint_acts.double().cpu())
+    return torch.stack(out)
+
+
+def format_table(result: dict) -> str:
+    cols = ["mean_abs_over_limit"] + [f"share_above_{t}" for t in THRESHOLDS] + ["sign_change_rate"]
+    lines = [f"Joint-torque usage, relative to the per-joint limit {result['limit_source']}",
+             "", "| source | mean abs / limit | " + " | ".join(f"share > {t} limit" for t in THRESHOLDS)
+             + " | sign changes / frame |",
+             "|---|" + "---|" * len(cols)]
+    for row in result["rows"]:
+        lines.append(f"| {row['source']} | " + " | ".join(f"{row[c]:.3f}" for c in cols) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = make_parser(__doc__)
+    parser.add_argument("--rl-cfg", required=True, help="RL config of the policies (network and task)")
+    parser.add_argument("--checkpoints", nargs="*", default=[], help="rl-games policies to play in the ground truth")
+    parser.add_argument("--datasets", nargs="*", default=[], help="HDF5 datasets whose torques to compare")
+    parser.add_argument("--num-envs", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=500, help="steps each policy plays (episodes reset inside)")
+    parser.add_argument("--torque-limit", type=float, default=None,
+                        help="reference |torque| for every joint (default: per joint, the first dataset's maximum)")
+    parser.add_argument("--output", required=True, help="JSON path; the table (.md) goes beside it")
+    add_common_args(parser, seed_default=500)
+    args = parser.parse_args()
+    if args.torque_limit is None and not args.datasets:
+        raise UserError("give --datasets or --torque-limit: the torques are reported relative to a limit")
+    output, _ = check_report_outputs(args.output, args.overwrite, plot=False)
+    device = resolve_device(args.device)
+    sources = {str(p): dataset_torques(p) for p in args.datasets}
+    if args.torque_limit is not None:
+        limit, limit_source = torch.tensor(args.torque_limit, dtype=torch.float64), f"{args.torque_limit} (given)"
+    else:
+        limit = next(iter(sources.values())).abs().amax(dim=(0, 1)).clamp(min=1e-12)
+        limit_source = f"(the largest |torque| of {args.datasets[0]}: {[round(x, 3) for x in limit.tolist()]})"
+    if args.checkpoints:
+        cfg = with_num_envs(load_rl_config(args.rl_cfg, ["env.env_mode=ground-truth"]), args.num_envs)
+        venv = make_vec_env(cfg.env, device=device, seed=args.seed)
+        for ckpt in args.checkpoints:
+            sources[f"{ckpt} (ground truth)"] = policy_torques(cfg, venv, ckpt, args.steps, args.seed)
+    for name, torques in sources.items():
+        if torques.shape[-1] != limit.numel() and limit.numel() != 1:
+            raise UserError(f"{name}: {torques.shape[-1]} joint torques, the limit has {limit.numel()}")
+    result = {"rl_cfg": args.rl_cfg, "num_envs": args.num_envs, "steps": args.steps, "seed": args.seed,
+              "limit": limit.tolist(), "limit_source": limit_source,
+              "rows": [{"source": name, **usage_stats(t, limit)} for name, t in sources.items()]}
+    write_report(output, result, format_table(result))
+
+
+if __name__ == "__main__":
+    run_main(main)
