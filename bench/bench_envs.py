@@ -1,4 +1,4 @@
-"""Ground-truth stepping and dataset-generation throughput (issue: foundation benchmarks).
+"""Ground-truth stepping and dataset-generation throughput.
 
 Measures, with a warm Warp kernel cache (compile time is measured separately, in a subprocess with an empty
 cache, and never counted in throughput):

@@ -8,7 +8,7 @@
 #   3. the shipped Ant run policy's batch evaluation (cfg/eval/ant_run.yaml), both simulators, 2048 episodes;
 #   4. a short rl-games PPO run in NeRD (Cartpole swing-up, 20 epochs) and dataset generation (Ant, 200 k transitions);
 #   5. the tests that take a device (pytest -k cuda).
-# Everything goes to $OUT (default outputs/gpu_check): session.log, and one archive of the JSON, PNG and logs.
+# Everything goes to $OUT (default outputs/gpu_check): gpu_check.log, and one archive of the JSON, PNG and logs.
 # Variables: OUT, DEV (cuda), DEADLINE (seconds after which the remaining phases are skipped; 420), PY (python3).
 # A dry run on the CPU with small sizes: DEV=cpu QUICK=1 bash bench/gpu_check.sh
 set -u
@@ -67,7 +67,7 @@ phase() {
         --trajectory-length 100 --num-envs $envs --device "$DEV" --dataset-dir "$W/data" --dataset-name ant.hdf5
     phase pytest_cuda 60 $PY -m pytest -q -x -k "$DEV" -p no:cacheprovider tests
     echo "done at ${SECONDS}s"
-} 2>&1 | tee "$OUT/session.log"
+} 2>&1 | tee "$OUT/gpu_check.log"
 
 rm -rf "$W/data" "$W"/ppo_cartpole/nn
 tar -czf "$OUT/gpu_check.tar.gz" -C "$W" . && rm -rf "$W"

@@ -6,7 +6,7 @@ Stages, each timed on its own on the same state (every one runs the integrator's
     model         the backbone on the history (the last block, norm, projection and head on the last position;
                   on a CPU in calls of 256 envs)
     denormalise   the target statistics applied to the network output
-    integrate     integrate_target(): the relative target applied to the states (spec §6)
+    integrate     integrate_target(): the relative target applied to the states
     nan check     the step's one host synchronisation (torques and predictions finite)
     state writes  joint_q / joint_qd written into the Newton state, then forward kinematics
     contacts      the collision stage refreshed for the new state
