@@ -1,8 +1,10 @@
-"""Every command in the README's bash blocks runs as written, at a reduced size, in the order it is written.
+"""Every command in the bash blocks of the README and of every model card runs as written, at a reduced size, in the
+order it is written; so does the README's Python example.
 
-The commands are read from README.md itself, so a new or changed command is tested without editing this file.
-Only the sizes change: the flags in ``SIZES`` get small values and ``EXTRA`` appends tiny-run settings per script.
-Commands that cannot run in a test (``NOT_RUN``) must still appear in the README exactly as listed here.
+The commands are read from the documents themselves, so a new or changed command is tested without editing this
+file. Only the sizes change: the flags in ``SIZES`` get small values and ``EXTRA`` appends tiny-run settings per
+script. Commands that cannot run in a test (``NOT_RUN``) must still appear in their document exactly as listed here.
+Documentation-only commands (hours of training) go in ```text blocks, which are not run.
 """
 
 import importlib.util
@@ -30,13 +32,8 @@ EXTRA = {
                                "rollout_eval.num_envs=2,rollout_eval.horizon=5]",
                                "evaluation.num_games=4", "evaluation.num_envs=4"],
 }
-NOT_RUN = {
-    "make test": "runs this suite",
-    "make demo": "a 2048-rollout evaluation (the Makefile's own)",
-    "tensorboard --logdir runs": "a server",
-    "python eval/eval_passive_motion.py --env-name Cartpole "
-    "--model-path pretrained_models/NeRD_models/Cartpole/model.pt --rollout-horizon 1000 --viewer gl": "a window",
-}
+NOT_RUN: dict[str, str] = {}
+CARDS = sorted((REPO / "pretrained_models").rglob("README.md"))
 NEEDS_MODULE = {"--viewer usd": "pxr"}  # run where the optional module is installed
 
 
@@ -70,20 +67,18 @@ def reduced(argv: list[str]) -> list[str]:
     return argv + extra
 
 
-def test_readme_lists_every_skipped_command():
-    """Each command this test does not run is in the README as written here (the list cannot drift)."""
-    commands = readme_commands((REPO / "README.md").read_text())
+def test_documents_list_every_skipped_command():
+    """Each command this test does not run is in a document as written here (the list cannot drift), and every
+    other command is one of the project's Python scripts."""
+    commands = [c for path in (REPO / "README.md", *CARDS) for c in readme_commands(path.read_text())]
     assert set(NOT_RUN) <= set(commands), set(NOT_RUN) - set(commands)
     assert all(c in NOT_RUN or c.startswith("python ") for c in commands), commands
 
 
-def test_every_readme_command_runs(tmp_path, monkeypatch, capsys):
-    """The README's commands, in order, from a directory holding the repository's cfg/ and pretrained_models/."""
-    for name in ("cfg", "pretrained_models"):
-        (tmp_path / name).symlink_to(REPO / name)
-    monkeypatch.chdir(tmp_path)
+def run_commands(text: str, monkeypatch, capsys) -> list[str]:
+    """Run the bash-block commands of ``text`` in order at reduced sizes; the scripts that ran."""
     ran = []
-    for command in readme_commands((REPO / "README.md").read_text()):
+    for command in readme_commands(text):
         if command in NOT_RUN:
             continue
         missing = [m for flag, m in NEEDS_MODULE.items() if flag in command and importlib.util.find_spec(m) is None]
@@ -93,10 +88,43 @@ def test_every_readme_command_runs(tmp_path, monkeypatch, capsys):
         code, out, err = run_script(argv[0], *argv[1:], monkeypatch=monkeypatch, capsys=capsys)
         assert code == 0, f"{command}\n{err[-2000:]}"
         ran.append(argv[0])
-    # The pipeline ran end to end: data, a model, its evaluation, three policies and their table.
+    return ran
+
+
+def user_directory(tmp_path, monkeypatch):
+    """Work from a directory holding the repository's cfg/ and pretrained_models/, as a user in a clone does."""
+    for name in ("cfg", "pretrained_models"):
+        (tmp_path / name).symlink_to(REPO / name)
+    monkeypatch.chdir(tmp_path)
+
+
+def test_every_readme_command_runs(tmp_path, monkeypatch, capsys):
+    """The README's commands, in order: the pipeline runs end to end (data, a model, its evaluation, three
+    policies and their table) and writes only under data/, runs/ and outputs/."""
+    user_directory(tmp_path, monkeypatch)
+    ran = run_commands((REPO / "README.md").read_text(), monkeypatch, capsys)
     assert (tmp_path / "runs/Cartpole_cpu/nn/best.pt").is_file()
-    assert (tmp_path / "out/cp.json").is_file() and (tmp_path / "out/cartpole_table.md").is_file()
+    assert (tmp_path / "outputs/cp.json").is_file() and (tmp_path / "outputs/cartpole_table.md").is_file()
     assert ran.count("eval/run_rl.py") >= 4 and "generate/visualize_dataset.py" in ran
+    assert {p.name for p in tmp_path.iterdir()} <= {"cfg", "pretrained_models", "data", "runs", "outputs"}
+
+
+@pytest.mark.parametrize("card", CARDS, ids=lambda p: str(p.parent.relative_to(REPO / "pretrained_models")))
+def test_every_model_card_command_runs(card, tmp_path, monkeypatch, capsys):
+    """A model card's commands run as written from a clone's root and write only under outputs/ (never into the
+    model's own folder, where their files already exist)."""
+    user_directory(tmp_path, monkeypatch)
+    assert run_commands(card.read_text(), monkeypatch, capsys), "no command to try the model or policy"
+    assert {p.name for p in tmp_path.iterdir()} <= {"cfg", "pretrained_models", "outputs"}
+
+
+def test_readme_python_example_runs(tmp_path, monkeypatch):
+    """The README's Python example runs as written."""
+    user_directory(tmp_path, monkeypatch)
+    (example,) = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), flags=re.S)
+    namespace: dict = {}
+    exec(compile(example, "README.md", "exec"), namespace)
+    assert tuple(namespace["states"].shape) == (16, 4)
 
 
 @pytest.mark.parametrize("text,expected", [
