@@ -1,15 +1,25 @@
-"""Shared command-line plumbing: common flags and the one-line error contract of every entry point."""
+"""Shared command-line plumbing: common flags and the one-line error contract of every entry point.
+
+Every entry point parses its arguments and checks the simple ones (names, paths, combinations of flags) before it
+imports the engine (Warp, Newton, torch): ``--help`` and input errors come back in well under two seconds. This
+module and :mod:`nerd.modes` import nothing heavy for that reason; an entry point calls :func:`quiet_warp` and
+imports the library modules that run the work after its checks.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import os
+import shutil
 import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from nerd.errors import RolloutDivergedError, UserError, first_line
+from nerd.modes import MASS_MATRIX_REFRESH
 from nerd.run_dir import write_text_atomic
 
 # Errors caused by the user's input, the file system or a failed run, reported as one line; anything else, a
@@ -47,8 +57,6 @@ def add_common_args(parser: argparse.ArgumentParser, seed_default: int | None = 
 
 def add_mass_matrix_refresh_arg(parser: argparse.ArgumentParser) -> None:
     """Add ``--mass-matrix-refresh {frame,substep}``: when the ground truth rebuilds Featherstone's mass matrix."""
-    from nerd.envs.environment import MASS_MATRIX_REFRESH
-
     parser.add_argument("--mass-matrix-refresh", choices=MASS_MATRIX_REFRESH, default=None,
                         help="ground truth: rebuild Featherstone's mass matrix once per 'frame' (the release's "
                              "setting for most robots) or every 'substep' (Newton's default, more accurate; the "
@@ -75,6 +83,79 @@ def add_overrides_arg(parser: argparse.ArgumentParser, example: str) -> None:
     """Add ``--cfg-overrides KEY=VALUE ...`` (applied to the YAML before validation; ``example`` shows the form)."""
     parser.add_argument("--cfg-overrides", nargs="*", default=[], metavar="KEY=VALUE",
                         help=f"config overrides, e.g. {example}")
+
+
+VIEWER_KINDS = ("gl", "usd", "file", "null")
+"""Newton viewers that ``--viewer`` offers (see :mod:`nerd.viewer`)."""
+
+
+def add_viewer_args(parser: argparse.ArgumentParser) -> None:
+    """Add ``--viewer``, ``--output-path``, ``--video`` and ``--video-size`` to an entry point."""
+    group = parser.add_argument_group("viewing (ground truth blue, NeRD orange, from the same initial state)")
+    group.add_argument("--viewer", choices=VIEWER_KINDS, default=None,
+                       help="show one rollout in a Newton viewer: gl (window), usd/file (--output-path), null")
+    group.add_argument("--output-path", default=None, help="file written by --viewer usd (.usd) or file (.json/.bin)")
+    group.add_argument("--video", default=None, metavar="PATH",
+                       help="record one rollout off-screen to PATH (.gif; .mp4 needs ffmpeg)")
+    group.add_argument("--video-size", type=int, nargs=2, default=[480, 270], metavar=("WIDTH", "HEIGHT"),
+                       help="video frame size in pixels")
+
+
+def viewing_requested(args: argparse.Namespace) -> bool:
+    """True when the command line asks for a viewer or a video."""
+    return args.viewer is not None or args.video is not None
+
+
+USD_MISSING = "--viewer usd needs OpenUSD: pip install usd-core (or the viewer extra: pip install -e '.[viewer]')"
+"""The one-line error of ``--viewer usd`` without the ``usd-core`` package (it is not in requirements.txt)."""
+
+
+NO_DISPLAY = ("--viewer gl needs a display; on a headless machine use --video outputs/rollout.gif or "
+              "--viewer usd")
+"""The one-line error of ``--viewer gl`` without a display."""
+
+
+def display_available() -> bool:
+    """Whether a window can open: a display on Linux (X11 or Wayland); assumed elsewhere."""
+    return os.name != "posix" or bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def check_viewer_args(args: argparse.Namespace) -> None:
+    """Refuse inconsistent viewer flags, missing optional packages and existing outputs before any simulation runs."""
+    if args.viewer is not None and args.video is not None:
+        raise UserError("--viewer and --video are alternatives; choose one")
+    if args.viewer in ("usd", "file"):
+        if args.output_path is None:
+            raise UserError(f"--viewer {args.viewer} needs --output-path")
+        check_output(args.output_path, args.overwrite)
+    elif args.output_path is not None:
+        raise UserError("--output-path is written by --viewer usd or --viewer file only")
+    if args.viewer == "usd" and importlib.util.find_spec("pxr") is None:
+        raise UserError(USD_MISSING)
+    if args.viewer == "gl" and not display_available():
+        raise UserError(NO_DISPLAY)
+    if args.video is not None:
+        if Path(args.video).suffix.lower() not in (".gif", ".mp4"):
+            raise UserError(f"--video must end in .gif or .mp4, got '{args.video}'")
+        if Path(args.video).suffix.lower() == ".mp4" and shutil.which("ffmpeg") is None:
+            raise UserError("--video .mp4 needs the ffmpeg program (apt-get install ffmpeg); .gif works without it")
+        if min(args.video_size) < 16:
+            raise UserError("--video-size must be at least 16 x 16 pixels")
+        check_output(args.video, args.overwrite)
+
+
+def quiet_warp() -> None:
+    """Silence Warp's start-up banner and per-module load messages unless ``NERD_VERBOSE_WARP=1``.
+
+    Entry points call it after their argument checks, before anything initialises Warp (importing Warp alone takes
+    most of a second, which ``--help`` and input errors do not wait for).
+    """
+    try:
+        import warp
+    except ImportError:  # training and the models need torch alone (a GPU machine without Warp, say)
+        return
+    if os.environ.get("NERD_VERBOSE_WARP", "0") != "1":
+        warp.config.log_level = warp.LOG_WARNING
 
 
 def resolve_device(device: str) -> str:
@@ -161,16 +242,8 @@ def _quiet_swallowed_termination(unraisable) -> None:
 def run_main(main: Callable[[], None]) -> None:
     """Run an entry point: user errors become one line on stderr and exit code 1; Ctrl-C exits 130.
 
-    Warp's start-up banner and per-module load messages are silenced unless ``NERD_VERBOSE_WARP=1``.
+    Imports nothing itself: ``main`` parses its arguments first and calls :func:`quiet_warp` before the engine runs.
     """
-    import os
-
-    try:
-        import warp
-    except ImportError:  # training and the models need torch alone (a GPU machine without Warp, say)
-        warp = None
-    if warp is not None and os.environ.get("NERD_VERBOSE_WARP", "0") != "1":
-        warp.config.log_level = warp.LOG_WARNING
     # SIGTERM (kill, a scheduler's time-out) unwinds like Ctrl-C, so partial outputs are cleaned up the same way.
     signal.signal(signal.SIGTERM, _raise_terminated)
     sys.unraisablehook = _quiet_swallowed_termination
@@ -188,6 +261,6 @@ def run_main(main: Callable[[], None]) -> None:
         sys.exit(1)
 
 
-__all__ = ["HelpFormatter", "add_common_args", "add_control_mode_arg", "add_mass_matrix_refresh_arg",
-           "add_overrides_arg", "add_robot_variant_arg", "check_json_output", "check_output", "make_parser",
-           "resolve_device", "run_main"]
+__all__ = ["VIEWER_KINDS", "HelpFormatter", "add_common_args", "add_control_mode_arg", "add_mass_matrix_refresh_arg",
+           "add_overrides_arg", "add_robot_variant_arg", "add_viewer_args", "check_json_output", "check_output",
+           "check_viewer_args", "make_parser", "quiet_warp", "resolve_device", "run_main", "viewing_requested"]

@@ -11,11 +11,15 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-
-import torch
-import torch.distributed as dist
+from typing import TYPE_CHECKING
 
 from nerd.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported inside the functions that need it: the rank and device helpers serve command lines before
+# they load the engine.
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,9 @@ def init_distributed(device: str) -> tuple[Rank, str]:
 
     The backend is nccl for a GPU device and gloo otherwise. A world of one starts no group.
     """
+    import torch
+    import torch.distributed as dist
+
     rank = rank_from_env()
     device = device_for_rank(device, rank)
     if rank.world_size > 1 and not dist.is_initialized():
@@ -67,6 +74,8 @@ def init_distributed(device: str) -> tuple[Rank, str]:
 
 def current_rank() -> Rank:
     """The rank of the initialised process group, or a world of one."""
+    import torch.distributed as dist
+
     if not dist.is_initialized():
         return Rank()
     return Rank(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
@@ -92,6 +101,8 @@ def shutdown(completed: bool = True) -> None:
     machine aborted). After a failure (``completed=False``) no rank waits, since the failed rank's peers may
     never reach the barrier; torchrun stops them.
     """
+    import torch.distributed as dist
+
     if not dist.is_initialized():
         return
     if completed:
@@ -107,6 +118,9 @@ def replica_checksums(module: torch.nn.Module) -> list[list[float]]:
     Identical weights give identical pairs; the weighted sum (by position) makes a permutation or a sign
     flip visible. Used to verify that data-parallel replicas stayed identical.
     """
+    import torch
+    import torch.distributed as dist
+
     flat = torch.cat([p.detach().flatten().double() for p in module.parameters()])
     weights = torch.linspace(1.0, 2.0, len(flat), dtype=torch.float64, device=flat.device)
     local = torch.stack([flat.sum(), (flat * weights).sum()])

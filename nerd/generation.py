@@ -28,11 +28,9 @@ from nerd.envs import make_env
 from nerd.errors import RolloutDivergedError, UserError
 from nerd.evaluation import initial_state_sampler
 from nerd.features import signature_of_env
-from nerd.modes import INITIAL_STATES, InitialStates
+from nerd.modes import INITIAL_STATES, TORQUE_SCALES, InitialStates
 from nerd.resources import check_disk, check_memory
 
-TORQUE_SCALES = ("full", "log-uniform", "saturating")
-"""Torque-scale rules of :class:`GenerationConfig` (the release's first)."""
 LOG_UNIFORM_DECADES = 2.0
 """``"log-uniform"`` draws each trajectory's torque factor as 10^U[-LOG_UNIFORM_DECADES, 0]."""
 SATURATING_GAIN = 2.0

@@ -16,9 +16,7 @@ mode: an EGL context without a display, drawn on the CPU by Mesa's software rast
 
 from __future__ import annotations
 
-import argparse
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -30,10 +28,10 @@ import numpy as np
 import torch
 import warp as wp
 
+from nerd.cli import NO_DISPLAY, USD_MISSING, VIEWER_KINDS, display_available
 from nerd.errors import UserError
 from nerd.modes import GROUND_TRUTH, NEURAL
 
-VIEWER_KINDS = ("gl", "usd", "file", "null")
 GROUND_TRUTH_COLOR = (0.30, 0.52, 0.85)
 NERD_COLOR = (0.95, 0.52, 0.12)
 GROUND_COLOR = (0.55, 0.55, 0.55)
@@ -76,51 +74,12 @@ LAYOUTS = {
 DEFAULT_LAYOUT = Layout((0.0, -3.0, 0.0), (1.0, 0.0, -0.4), 7.0, follow=True)
 
 
-def add_viewer_args(parser: argparse.ArgumentParser) -> None:
-    """Add ``--viewer``, ``--output-path``, ``--video`` and ``--video-size`` to an entry point."""
-    group = parser.add_argument_group("viewing (ground truth blue, NeRD orange, from the same initial state)")
-    group.add_argument("--viewer", choices=VIEWER_KINDS, default=None,
-                       help="show one rollout in a Newton viewer: gl (window), usd/file (--output-path), null")
-    group.add_argument("--output-path", default=None, help="file written by --viewer usd (.usd) or file (.json/.bin)")
-    group.add_argument("--video", default=None, metavar="PATH",
-                       help="record one rollout off-screen to PATH (.gif; .mp4 needs ffmpeg)")
-    group.add_argument("--video-size", type=int, nargs=2, default=[480, 270], metavar=("WIDTH", "HEIGHT"),
-                       help="video frame size in pixels")
-
-
-def viewing_requested(args: argparse.Namespace) -> bool:
-    """True when the command line asks for a viewer or a video."""
-    return args.viewer is not None or args.video is not None
-
-
-def check_viewer_args(args: argparse.Namespace) -> None:
-    """Refuse inconsistent viewer flags and existing outputs before any simulation runs."""
-    from nerd.cli import check_output
-
-    if args.viewer is not None and args.video is not None:
-        raise UserError("--viewer and --video are alternatives; choose one")
-    if args.viewer in ("usd", "file"):
-        if args.output_path is None:
-            raise UserError(f"--viewer {args.viewer} needs --output-path")
-        check_output(args.output_path, args.overwrite)
-    elif args.output_path is not None:
-        raise UserError("--output-path is written by --viewer usd or --viewer file only")
-    if args.video is not None:
-        if Path(args.video).suffix.lower() not in (".gif", ".mp4"):
-            raise UserError(f"--video must end in .gif or .mp4, got '{args.video}'")
-        if Path(args.video).suffix.lower() == ".mp4" and shutil.which("ffmpeg") is None:
-            raise UserError("--video .mp4 needs the ffmpeg program (apt-get install ffmpeg); .gif works without it")
-        if min(args.video_size) < 16:
-            raise UserError("--video-size must be at least 16 x 16 pixels")
-        check_output(args.video, args.overwrite)
-
-
 def make_newton_viewer(kind: str, output_path: str | None = None, fps: int = 60):
     """One of Newton's viewers by name; a missing optional package or display is a UserError naming the fix."""
     import newton.viewer as nv
 
-    no_display = UserError("--viewer gl needs a display; on a headless machine use --video out.gif or --viewer usd")
-    if kind == "gl" and os.name == "posix" and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+    no_display = UserError(NO_DISPLAY)
+    if kind == "gl" and not display_available():
         raise no_display
     try:
         if kind == "gl":
@@ -132,7 +91,9 @@ def make_newton_viewer(kind: str, output_path: str | None = None, fps: int = 60)
         if kind == "null":
             return nv.ViewerNull()
     except ImportError as err:
-        raise UserError(f"--viewer {kind} needs the viewer extra: pip install 'nerd[viewer]' ({err})") from err
+        if kind == "usd":
+            raise UserError(f"{USD_MISSING} ({err})") from err
+        raise UserError(f"--viewer {kind} needs the viewer extra: pip install -e '.[viewer]' ({err})") from err
     except Exception as err:
         # pyglet reports an unreachable X display with its own exception type.
         if kind == "gl" and type(err).__name__ == "NoSuchDisplayException":
@@ -152,7 +113,7 @@ def make_offscreen_viewer(width: int, height: int):
     try:
         return nv.ViewerGL(width=width, height=height, headless=True)
     except ImportError as err:
-        raise UserError(f"--video needs the viewer extra: pip install 'nerd[viewer]' ({err})") from err
+        raise UserError(f"--video needs the viewer extra: pip install -e '.[viewer]' ({err})") from err
     except Exception as err:
         raise UserError("--video renders through EGL and found no usable EGL driver "
                          f"(Debian/Ubuntu: apt-get install libegl1 libegl-mesa0 libgl1-mesa-dri): {err}") from err

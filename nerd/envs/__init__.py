@@ -1,8 +1,8 @@
 """Newton robot environments, one module per robot, and the registry that builds them by name.
 
-Layering: this package sits on the engine (Newton/Warp), :mod:`nerd.frames` and :mod:`nerd.errors` only; the
-rest of ``nerd`` (features, integrator, neural environment, generation, training, RL) builds on it, never the
-other way round.
+Layering: this package sits on the engine (Newton/Warp), :mod:`nerd.frames`, :mod:`nerd.modes` (names) and
+:mod:`nerd.errors` only; the rest of ``nerd`` (features, integrator, neural environment, generation, training, RL)
+builds on it, never the other way round.
 ``environment.py`` is the shared base (N copies, captured frame graph, state/torque tensors) with its
 fixed-size ground contacts (``contacts.py``) as a component and the shared joint controllers (``control.py``);
 every other module describes one robot.
@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from nerd.envs.environment import Environment
 from nerd.errors import UserError
-
-ENV_NAMES = ("Cartpole", "PendulumWithContact", "Ant", "Anymal", "Franka", "CubeToss")
+from nerd.modes import ENV_NAMES, check_env_name
 
 
 def env_class(name: str) -> type[Environment]:
     """Environment class registered under ``name``; the error lists the valid names."""
     # Imported lazily so that asking for one robot does not build every robot's module.
+    check_env_name(name)
     if name == "Cartpole":
         from nerd.envs.cartpole import Cartpole as cls
     elif name == "PendulumWithContact":
@@ -31,8 +31,8 @@ def env_class(name: str) -> type[Environment]:
         from nerd.envs.franka import Franka as cls
     elif name == "CubeToss":
         from nerd.envs.cube_toss import CubeToss as cls
-    else:
-        raise UserError(f"unknown env name '{name}'; valid names: {', '.join(ENV_NAMES)}")
+    else:  # a name in ENV_NAMES without a branch above
+        raise NotImplementedError(name)
     return cls
 
 

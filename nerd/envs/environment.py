@@ -24,24 +24,13 @@ import warp as wp
 
 from nerd.envs.contacts import GroundContacts
 from nerd.errors import RolloutDivergedError, UserError
+from nerd.modes import CONTACT_FRICTION, MASS_MATRIX_REFRESH
 
 SOLVERS = ("featherstone", "xpbd", "mujoco")
 """Ground-truth solvers by name. Featherstone is the paper's ground truth and the default."""
 
-MASS_MATRIX_REFRESH = ("frame", "substep")
-"""When Featherstone rebuilds (and factorises) the joint-space mass matrix: ``"frame"`` once per frame, at its
-first substep, as the release did (its base environment set ``update_mass_matrix_every = sim_substeps``; the
-paper's data and models come from this dynamics), or ``"substep"`` at every substep, Newton's default and the
-more accurate integration. Bias forces, contacts and limits are evaluated at every substep either way."""
-
-
-CONTACT_FRICTION = ("coulomb", "huber")
-"""Friction law of the ground contacts: ``"coulomb"`` Newton 1.8's, viscous kf·|vt| capped at
-mu·|Fn| (the solver evaluates it), or ``"huber"`` warp.sim's Huber-smoothed law
-(:func:`nerd.envs.contacts.eval_ground_contact_forces`; mostly viscous, friction can exceed mu·|Fn| several-fold
-around 0.5 m/s). The normal spring-damper is the same in both. The release's published Ant policies reproduce the
-paper's ground-truth rewards under ``"coulomb"`` (within 7 %) and not under ``"huber"`` (−11 % and −23 %), see
-docs/rl.md, so Coulomb is every robot's default."""
+# MASS_MATRIX_REFRESH and CONTACT_FRICTION are spelled (and documented) in nerd.modes, which the command lines import
+# without the engine.
 
 
 def make_solver(name: str, model: newton.Model, sim_substeps: int, mass_matrix_refresh: str

@@ -126,6 +126,11 @@ class RLConfig:
     """rl-games parameters, passed through (see the module docstring)."""
 
 
+RUN_DIR_ENTRIES = ("nn", "summaries", "config.yaml", "git.yaml", "train_summary.json")
+"""What a training run writes in its directory (and what ``--overwrite`` removes first, see
+:func:`nerd.run_dir.clear_run_dir`)."""
+
+
 def load_rl_config(path: str | Path, overrides: list[str] | None = None) -> RLConfig:
     """Read and validate an RL config file (``key.sub=value`` overrides applied first)."""
     cfg = load_config(path, RLConfig, overrides)

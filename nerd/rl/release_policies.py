@@ -17,8 +17,6 @@ from typing import Any
 import numpy as np
 
 from nerd.rl.config import load_rl_config
-from nerd.rl.runner import evaluate_policy, load_policy, load_rl_games_checkpoint
-from nerd.rl.vec_env import make_vec_env
 
 PAPER_GROUND_TRUTH: dict[str, dict[str, tuple[float, float | None] | None]] = {
     "Ant": {"run": (2541.5, None), "spin": (2624.7, None), "spin_track": None},
@@ -42,6 +40,10 @@ def play_release_policy(task: str, checkpoint: str | Path, num_games: int, num_e
     """Play one published policy of ``robot`` in the ground truth; returns the report of the module docstring.
 
     ``episode_length`` shortens the task's episodes (tests); None keeps the task's (the paper's numbers)."""
+    # The engine is imported here, so that the command line lists the robots and tasks without it.
+    from nerd.rl.runner import evaluate_policy, load_policy, load_rl_games_checkpoint
+    from nerd.rl.vec_env import make_vec_env
+
     cfg = load_rl_config(Path(__file__).resolve().parents[2] / "cfg" / "rl" / robot / f"{task}.yaml")
     cfg = copy.deepcopy(cfg)
     cfg.env.env_mode = "ground-truth"

@@ -39,13 +39,9 @@ from nerd.config import to_dict
 from nerd.distributed import rank_from_env
 from nerd.errors import RolloutDivergedError, UserError, first_line
 from nerd.modes import GROUND_TRUTH, NEURAL
-from nerd.rl.config import RLConfig, resolve_params
+from nerd.rl.config import RUN_DIR_ENTRIES, RLConfig, resolve_params
 from nerd.rl.vec_env import NeRDVecEnv, check_env_config, make_vec_env, register_with_rl_games
 from nerd.run_dir import new_run_dir, write_run_record, write_text_atomic
-
-RUN_DIR_ENTRIES = ("nn", "summaries", "config.yaml", "git.yaml", "train_summary.json")
-"""What a training run writes in its directory (and what ``--overwrite`` removes first, see
-:func:`nerd.run_dir.clear_run_dir`)."""
 
 
 class ProgressObserver(DefaultAlgoObserver):

@@ -14,8 +14,9 @@ Examples:
         --output runs/Cartpole_tail/nn/averaged.pt --valid-dataset data/Cartpole/valid.hdf5
 """
 
-from nerd.checkpoint import average_checkpoints, load_checkpoint, save_checkpoint
-from nerd.cli import add_common_args, check_output, make_parser, resolve_device, run_main
+from pathlib import Path
+
+from nerd.cli import add_common_args, check_output, make_parser, quiet_warp, resolve_device, run_main
 from nerd.errors import UserError
 
 
@@ -34,9 +35,15 @@ def main(argv: list[str] | None = None) -> None:
     for flag, value in (("--valid-batches", args.valid_batches), ("--batch-size", args.batch_size)):
         if value < 1:
             raise UserError(f"{flag} must be at least 1, got {value}")
-    device = resolve_device(args.device)
     output = check_output(args.output, args.overwrite)
+    for path in args.checkpoints:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"checkpoint not found: {path}")
 
+    quiet_warp()
+    from nerd.checkpoint import average_checkpoints, load_checkpoint, save_checkpoint  # after the checks
+
+    device = resolve_device(args.device)
     model, signature, payload = average_checkpoints(args.checkpoints, device)
     if args.valid_dataset is not None:
         # Imported here: averaging alone needs no dataset code.

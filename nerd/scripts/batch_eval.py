@@ -6,10 +6,10 @@ Example:
     python eval/batch_eval_policy.py --eval-cfg cfg/eval/cartpole_swingup.yaml --output out/cartpole_rl.json
 """
 
+from pathlib import Path
 
-from nerd.cli import add_common_args, check_json_output, make_parser, resolve_device, run_main
+from nerd.cli import add_common_args, check_json_output, make_parser, quiet_warp, resolve_device, run_main
 from nerd.config import load_config
-from nerd.rl.batch_eval import PolicyEvalConfig, batch_evaluate, format_markdown, write_table
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -21,16 +21,21 @@ def main(argv: list[str] | None = None) -> None:
                         help="config overrides, e.g. num_games=64")
     add_common_args(parser, seed_default=None)
     args = parser.parse_args(argv)
-
-    device = resolve_device(args.device)
-    cfg = load_config(args.eval_cfg, PolicyEvalConfig, args.cfg_overrides)
     output = check_json_output(args.output, args.overwrite, ".md")[0] if args.output else None
+    if not Path(args.eval_cfg).is_file():
+        raise FileNotFoundError(f"config file not found: {args.eval_cfg}")
+
+    # The engine is imported after the checks above, so that --help and input errors come at once.
+    device = resolve_device(args.device)
+    quiet_warp()
+    from nerd.rl.batch_eval import PolicyEvalConfig, batch_evaluate, format_markdown, write_table
+
+    cfg = load_config(args.eval_cfg, PolicyEvalConfig, args.cfg_overrides)
     table = batch_evaluate(cfg, device)
     print(format_markdown(table))
     if output is not None:
         md = write_table(table, output, overwrite=args.overwrite)
         print(f"wrote {output} and {md}")
-
 
 
 def cli() -> None:

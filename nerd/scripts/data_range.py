@@ -9,7 +9,7 @@ Example:
         --output runs/Ant_sat128/nn/best_with_range.pt
 """
 
-from nerd.cli import add_common_args, check_output, make_parser, resolve_device, run_main
+from nerd.cli import add_common_args, check_output, make_parser, quiet_warp, resolve_device, run_main
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -22,6 +22,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     output = check_output(args.output, args.overwrite)
 
+    quiet_warp()
     from nerd.training import record_data_range  # after parsing: --help needs no torch
 
     low, high = record_data_range(args.checkpoint, args.datasets, output, resolve_device(args.device))

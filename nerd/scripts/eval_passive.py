@@ -19,16 +19,17 @@ from nerd.cli import (
     add_control_mode_arg,
     add_mass_matrix_refresh_arg,
     add_robot_variant_arg,
+    add_viewer_args,
     check_json_output,
+    check_viewer_args,
     make_parser,
+    quiet_warp,
     resolve_device,
     run_main,
+    viewing_requested,
 )
-from nerd.envs import ENV_NAMES, env_class
 from nerd.errors import UserError
-from nerd.evaluation import INITIAL_STATES, evaluate_passive, format_config_table, format_results, write_results
-from nerd.modes import ENV_MODES, NEURAL
-from nerd.viewer import add_viewer_args, check_viewer_args, show_passive, viewing_requested
+from nerd.modes import ENV_MODES, ENV_NAMES, INITIAL_STATES, NEURAL, check_env_name
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -69,14 +70,27 @@ def main(argv: list[str] | None = None) -> None:
     add_common_args(parser, seed_default=500)
     add_viewer_args(parser)
     args = parser.parse_args(argv)
-    env_class(args.env_name)  # an unknown robot fails here, naming the valid ones
+    check_env_name(args.env_name)
+    if args.env_mode == NEURAL and args.model_path is None:
+        raise UserError("--env-mode neural needs --model-path")
     if args.model_path is not None and len(args.model_path) == 1:
         args.model_path = args.model_path[0]
-
-    if viewing_requested(args):
+    configs = args.contact_config or [None]
+    viewing = viewing_requested(args)
+    output, png = None, None
+    if viewing:
         check_viewer_args(args)
-        if args.output is not None or len(args.contact_config or [None]) > 1:
+        if args.output is not None or len(configs) > 1:
             raise UserError("--viewer/--video show one rollout: drop --output and give at most one --contact-config")
+    elif args.output:
+        output, png = check_json_output(args.output, args.overwrite, ".png" if len(configs) == 1 else None)
+
+    # The engine is imported after the checks above, so that --help and input errors come at once.
+    quiet_warp()
+    from nerd.evaluation import evaluate_passive, format_config_table, format_results, write_results
+    from nerd.viewer import show_passive
+
+    if viewing:
         shown = show_passive(args.env_name, args.model_path, args.env_mode, args.rollout_horizon, args.seed,
                              (args.contact_config or [None])[0], resolve_device(args.device),
                              initial_states=args.initial_states, mass_matrix_refresh=args.mass_matrix_refresh,
@@ -87,10 +101,6 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{shown['frames']} frames in {shown['seconds']:.1f} s{wrote}")
         return
 
-    configs = args.contact_config or [None]
-    output, png = None, None
-    if args.output:
-        output, png = check_json_output(args.output, args.overwrite, ".png" if len(configs) == 1 else None)
     runs = [
         evaluate_passive(args.env_name, args.model_path, args.env_mode, args.num_envs, args.num_rollouts,
                          args.rollout_horizon, args.seed, config, resolve_device(args.device),

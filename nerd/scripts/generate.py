@@ -20,14 +20,13 @@ from nerd.cli import (
     add_robot_variant_arg,
     check_output,
     make_parser,
+    quiet_warp,
     resolve_device,
     run_main,
 )
 from nerd.distributed import device_for_rank, rank_from_env
-from nerd.envs import ENV_NAMES, env_class
 from nerd.errors import UserError
-from nerd.generation import TORQUE_SCALES, GenerationConfig, generate_dataset
-from nerd.modes import INITIAL_STATES
+from nerd.modes import ENV_NAMES, INITIAL_STATES, TORQUE_SCALES, check_env_name
 
 SHARD_SEED_STRIDE = 1_000_003
 """Under torchrun rank r generates with seed ``--seed + r * SHARD_SEED_STRIDE`` (distinct streams per part)."""
@@ -56,10 +55,9 @@ def main(argv: list[str] | None = None) -> None:
                              "below the pivot and the lowest contact point) or 'near' (ours: within 1 m below the "
                              "lowest contact point)")
     parser.add_argument("--torque-scale", default="full", choices=list(TORQUE_SCALES),
-                        help="random torques: white noise over the robot's whole torque box ('full', the release's), "
-                             "over a box shrunk per trajectory by 10^U[-2, 0] ('log-uniform', ours) or doubled and "
-                             "clipped to the box ('saturating', ours: half the torques at the limit); their effect "
-                             "on models and policies: docs/notebook/results.md")
+                        help="random torques: white noise over the robot's torque box ('full', the release's), over "
+                             "a box shrunk per trajectory by 10^U[-2, 0] ('log-uniform', ours) or doubled and clipped "
+                             "to the box ('saturating', ours); see docs/notebook/results.md")
     parser.add_argument("--torque-hold-frames", type=int, default=1,
                         help="hold each random torque for a mean time drawn log-uniformly in [1, this] frames per "
                              "trajectory (ours); 1 redraws every frame (white noise, the release's)")
@@ -71,7 +69,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="HDF5 compression")
     add_common_args(parser)
     args = parser.parse_args(argv)
-    env_class(args.env_name)  # an unknown robot fails here, naming the valid ones
+    check_env_name(args.env_name)
 
     if Path(args.dataset_name).name != args.dataset_name or args.dataset_name in ("", ".", ".."):
         raise UserError(f"--dataset-name must be a file name, not a path ({args.dataset_name!r}); put folders in "
@@ -86,6 +84,11 @@ def main(argv: list[str] | None = None) -> None:
         seed = args.seed + SHARD_SEED_STRIDE * r
         path = path.with_suffix("") / f"part-{r:03d}-of-{k:03d}.hdf5"
     path = check_output(path, args.overwrite)
+
+    # The engine is imported after the checks above, so that --help and input errors come at once.
+    quiet_warp()
+    from nerd.generation import GenerationConfig, generate_dataset
+
     cfg = GenerationConfig(
         env_name=args.env_name, num_transitions=num_transitions, trajectory_length=args.trajectory_length,
         num_envs=args.num_envs, seed=seed, passive=args.passive, contact_config=args.contact_config,
@@ -100,7 +103,6 @@ def main(argv: list[str] | None = None) -> None:
     print(f"wrote {summary.path}: {summary.num_trajectories} trajectories, {summary.num_transitions} transitions, "
           f"{summary.num_dropped} dropped, {summary.seconds:.1f} s "
           f"({summary.transitions_per_second:,.0f} transitions/s)")
-
 
 
 def cli() -> None:

@@ -19,11 +19,12 @@ from nerd.cli import (
     add_robot_variant_arg,
     check_json_output,
     make_parser,
+    quiet_warp,
     resolve_device,
     run_main,
 )
-from nerd.envs.environment import CONTACT_FRICTION
 from nerd.errors import UserError
+from nerd.modes import CONTACT_FRICTION
 from nerd.rl.release_policies import PAPER_GROUND_TRUTH, ROBOTS, format_report, play_release_policy, policy_path
 from nerd.run_dir import write_text_atomic
 
@@ -49,7 +50,6 @@ def main(argv: list[str] | None = None) -> None:
     add_common_args(parser)
     args = parser.parse_args(argv)
 
-    device = resolve_device(args.device)
     if args.num_games < 1 or args.num_envs < 1:
         raise UserError("--num-games and --num-envs must be positive")
     output = check_json_output(args.output, args.overwrite, ".md")[0] if args.output else None
@@ -62,6 +62,8 @@ def main(argv: list[str] | None = None) -> None:
     for path in paths.values():
         if not path.is_file():
             raise UserError(f"published policy not found: {path}")
+    device = resolve_device(args.device)
+    quiet_warp()  # the engine loads in play_release_policy
     results = []
     for task, path in paths.items():
         results.append(play_release_policy(task, path, args.num_games, args.num_envs, device, args.seed,

@@ -25,18 +25,20 @@ from nerd.cli import (
     add_control_mode_arg,
     add_overrides_arg,
     add_robot_variant_arg,
+    add_viewer_args,
     check_json_output,
+    check_viewer_args,
     make_parser,
+    quiet_warp,
     resolve_device,
     run_main,
+    viewing_requested,
 )
 from nerd.distributed import rank_from_env
 from nerd.errors import UserError
 from nerd.modes import ENV_MODES
-from nerd.rl.config import load_rl_config, run_config_of, with_num_envs
-from nerd.rl.runner import RUN_DIR_ENTRIES, format_playback, play_policy, show_policy, train_policy
+from nerd.rl.config import RUN_DIR_ENTRIES, load_rl_config, run_config_of, with_num_envs
 from nerd.run_dir import check_run_dir, write_text_atomic
-from nerd.viewer import add_viewer_args, check_viewer_args, viewing_requested
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -68,9 +70,15 @@ def main(argv: list[str] | None = None) -> None:
     add_viewer_args(parser)
     args = parser.parse_args(argv)
 
-    device = resolve_device(args.device)
     if args.rl_cfg is None and args.playback is None:
         raise UserError("--rl-cfg is required to train (only --playback can find its run's config)")
+    viewing = viewing_requested(args)
+    if viewing:
+        check_viewer_args(args)
+        if args.playback is None:
+            raise UserError("--viewer/--video show a trained policy: add --playback CHECKPOINT")
+    if args.playback is not None and not Path(args.playback).is_file():
+        raise FileNotFoundError(f"policy checkpoint not found: {args.playback}")
     cfg = load_rl_config(args.rl_cfg or run_config_of(args.playback), args.cfg_overrides)
     if args.env_mode is not None:
         cfg.env.env_mode = args.env_mode
@@ -86,11 +94,22 @@ def main(argv: list[str] | None = None) -> None:
     if args.multi_gpu:
         cfg.params["config"]["multi_gpu"] = True
     main_rank = not cfg.params["config"].get("multi_gpu") or rank_from_env().is_main
+    output = None
+    if args.playback is not None and not viewing and args.output:
+        output = check_json_output(args.output, args.overwrite, None)[0]
+    if args.num_envs is not None and args.playback is None:
+        cfg = with_num_envs(cfg, args.num_envs)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    logdir = Path(args.logdir or f"runs/rl/{cfg.env.robot}__{cfg.env.task}__{cfg.env.env_mode}__{args.seed}__{stamp}")
+    if args.playback is None and main_rank:
+        check_run_dir(logdir, RUN_DIR_ENTRIES, args.overwrite)
 
-    if viewing_requested(args):
-        check_viewer_args(args)
-        if args.playback is None:
-            raise UserError("--viewer/--video show a trained policy: add --playback CHECKPOINT")
+    # The engine is imported after the checks above, so that --help and input errors come at once.
+    device = resolve_device(args.device)
+    quiet_warp()
+    from nerd.rl.runner import format_playback, play_policy, show_policy, train_policy
+
+    if viewing:
         shown = show_policy(cfg, args.playback, device, args.seed, viewer=args.viewer, output_path=args.output_path,
                             video=args.video, video_size=args.video_size)
         print("episode reward: " + ", ".join(f"{k} {v:.1f}" for k, v in shown["episode_reward"].items())
@@ -99,7 +118,6 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     if args.playback is not None:
-        output = check_json_output(args.output, args.overwrite, None)[0] if args.output else None
         result = play_policy(cfg, args.playback, args.num_games, device, args.seed, args.num_envs)
         print(format_playback(result))
         if output:
@@ -108,12 +126,6 @@ def main(argv: list[str] | None = None) -> None:
             print(f"wrote {output}")
         return
 
-    if args.num_envs is not None:
-        cfg = with_num_envs(cfg, args.num_envs)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    logdir = Path(args.logdir or f"runs/rl/{cfg.env.robot}__{cfg.env.task}__{cfg.env.env_mode}__{args.seed}__{stamp}")
-    if main_rank:
-        check_run_dir(logdir, RUN_DIR_ENTRIES, args.overwrite)
     summary = train_policy(cfg, logdir, device, args.seed, args.max_epochs, overwrite=args.overwrite)
     if not main_rank:
         return
@@ -124,7 +136,6 @@ def main(argv: list[str] | None = None) -> None:
           + (f"; {diverged} of {summary['episodes']} episodes diverged" if diverged else "")
           + f"\nfinal policy: {summary['last_checkpoint']}"
           + (f"\nbest policy (by training reward): {summary['best_checkpoint']}" if summary["best_checkpoint"] else ""))
-
 
 
 def cli() -> None:

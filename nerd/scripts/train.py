@@ -17,12 +17,11 @@ Examples:
 import argparse
 from pathlib import Path
 
-from nerd.cli import add_common_args, add_overrides_arg, make_parser, resolve_device, run_main
+from nerd.cli import add_common_args, add_overrides_arg, make_parser, quiet_warp, resolve_device, run_main
 from nerd.config import load_config
 from nerd.distributed import init_distributed, shutdown
 from nerd.errors import UserError
 from nerd.run_dir import check_run_dir
-from nerd.training import RUN_DIR_ENTRIES, TrainConfig, train
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -50,14 +49,19 @@ def main(argv: list[str] | None = None) -> None:
         raise UserError("--resume continues the run in --logdir, --init-from starts a new one: pick one")
     if args.resume and args.overwrite:
         raise UserError("--resume continues the run in --logdir, --overwrite would replace it: pick one")
-    rank, device = init_distributed(resolve_device(args.device))
-    if not args.resume and rank.is_main:
-        check_run_dir(args.logdir, RUN_DIR_ENTRIES, args.overwrite)
     cfg_path = args.cfg
     if cfg_path is None:
         if not args.resume:
             raise UserError("--cfg is required (only --resume can take the run's own config)")
         cfg_path = Path(args.logdir) / "config.yaml"
+
+    # The engine is imported after the checks above, so that --help and input errors come at once.
+    quiet_warp()
+    from nerd.training import RUN_DIR_ENTRIES, TrainConfig, train
+
+    rank, device = init_distributed(resolve_device(args.device))
+    if not args.resume and rank.is_main:
+        check_run_dir(args.logdir, RUN_DIR_ENTRIES, args.overwrite)
     overrides = list(args.cfg_overrides)
     if args.train_dataset:
         overrides.append(f"dataset.train={args.train_dataset}")
@@ -77,7 +81,6 @@ def main(argv: list[str] | None = None) -> None:
           f"-> {summary['best_checkpoint']}; "
           f"best validation loss {summary['best_valid_loss']:.5g} "
           f"({summary['train_seconds'] / 60:.1f} min, {summary['parameters']:,} parameters)")
-
 
 
 def cli() -> None:

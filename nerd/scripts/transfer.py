@@ -12,7 +12,7 @@ Examples:
         --resume
 """
 
-from nerd.cli import add_common_args, add_overrides_arg, make_parser, resolve_device, run_main
+from nerd.cli import add_common_args, add_overrides_arg, make_parser, quiet_warp, resolve_device, run_main
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -27,6 +27,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     # Imported after parsing, so that --help and argument errors come without the libraries' start-up time.
+    quiet_warp()
     from nerd.rl.transfer import load_transfer_config, run_transfer_loop
 
     device = resolve_device(args.device)

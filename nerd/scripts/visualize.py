@@ -8,8 +8,7 @@ Example:
 
 from pathlib import Path
 
-from nerd.cli import check_output, make_parser, run_main
-from nerd.datasets.summary import format_summary, plot_dataset, summarize_dataset
+from nerd.cli import check_output, make_parser, quiet_warp, run_main
 from nerd.errors import UserError
 
 
@@ -24,9 +23,14 @@ def main(argv: list[str] | None = None) -> None:
     if png.suffix.lower() != ".png" or png.resolve() == Path(args.dataset).resolve():
         raise UserError(f"--png {png}: give a .png path other than the dataset's")
     check_output(png, args.overwrite)
+    if not Path(args.dataset).is_file():
+        raise FileNotFoundError(f"dataset not found: {args.dataset}")
+
+    quiet_warp()
+    from nerd.datasets.summary import format_summary, plot_dataset, summarize_dataset  # after the checks
+
     print(format_summary(summarize_dataset(args.dataset)))
     print(f"wrote {plot_dataset(args.dataset, png)}")
-
 
 
 def cli() -> None:

@@ -1,9 +1,12 @@
 """Packaging: the nerd-* console scripts resolve to entry points whose --help shows every default."""
 
+import argparse
 import ast
 import importlib
 import importlib.metadata
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -86,3 +89,72 @@ def test_help_shows_defaults(name, capsys):
         assert f"(default: {default})" in blocks[option], blocks[option]
     # Options without a meaningful default (None, a flag) do not print one.
     assert "(default: None)" not in text and "(default: False)" not in text
+
+
+ENGINE_MODULES = ("torch", "warp", "newton", "rl_games", "matplotlib", "h5py")
+"""Modules whose import takes seconds: ``--help`` and input errors must not wait for them."""
+
+IMPORTS_AFTER = """
+import runpy, sys
+sys.argv = sys.argv[1:]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+except SystemExit:
+    pass
+print("ENGINE", sorted(m for m in {modules!r} if m in sys.modules))
+"""
+
+
+def engine_modules_loaded(script: str, *args: str, cwd) -> tuple[list[str], str]:
+    """Run ``script args`` in a fresh interpreter: (the engine modules it imported, its stderr)."""
+    result = subprocess.run([sys.executable, "-c", IMPORTS_AFTER.format(modules=ENGINE_MODULES),
+                             str(REPO / script), *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    line = [text for text in result.stdout.splitlines() if text.startswith("ENGINE")][-1]
+    return ast.literal_eval(line.removeprefix("ENGINE ")), result.stderr
+
+
+@pytest.mark.parametrize("script", sorted({*CONSOLE_SCRIPTS.values(), "eval/play_release_policies.py"}))
+def test_help_loads_no_engine(script, tmp_path):
+    """--help parses and prints without importing Warp, Newton, torch, rl-games or matplotlib (well under 2 s)."""
+    loaded, err = engine_modules_loaded(script, "--help", cwd=tmp_path)
+    assert loaded == [], err[-500:]
+
+
+@pytest.mark.parametrize("script,args,message", [
+    ("generate/generate_dataset.py", ["--env-name", "Nope", "--num-transitions", "10", "--dataset-dir", "d",
+                                      "--dataset-name", "x"], "unknown env name 'Nope'"),
+    ("eval/eval_passive_motion.py", ["--env-name", "Nope"], "unknown env name 'Nope'"),
+    ("eval/eval_passive_motion.py", ["--env-name", "Cartpole", "--env-mode", "neural"], "needs --model-path"),
+    ("eval/eval_passive_motion.py", ["--env-name", "Cartpole", "--env-mode", "ground-truth", "--output", "x.txt"],
+     "give a .json path"),
+    ("eval/run_rl.py", ["--env-mode", "ground-truth"], "--rl-cfg is required"),
+    ("eval/run_rl.py", ["--playback", "missing.pth"], "policy checkpoint not found: missing.pth"),
+    ("eval/batch_eval_policy.py", ["--eval-cfg", "missing.yaml"], "config file not found: missing.yaml"),
+    ("eval/play_release_policies.py", ["--release-dir", ".", "--num-games", "2"], "published policy not found"),
+    ("train/train.py", ["--logdir", "run"], "--cfg is required"),
+    ("train/average_checkpoints.py", ["a.pt", "b.pt", "--output", "c.pt"], "checkpoint not found: a.pt"),
+    ("generate/visualize_dataset.py", ["--dataset", "missing.hdf5"], "dataset not found: missing.hdf5"),
+])
+def test_input_errors_load_no_engine(script, args, message, tmp_path):
+    """Simple input errors (names, paths, flag combinations) are reported before the engine is imported."""
+    loaded, err = engine_modules_loaded(script, *args, cwd=tmp_path)
+    assert message in err and err.strip().splitlines()[-1].startswith("error:"), err[-500:]
+    assert loaded == []
+
+
+@pytest.mark.parametrize("module", sorted({*(target.split(":")[0] for target in setup_py_console_scripts().values()),
+                                           "nerd.scripts.play_release_policies"}))
+def test_every_option_help_is_short(module, monkeypatch):
+    """Each option's help says what the option does in a sentence or two; studies' numbers belong in docs/."""
+    parsers = []
+
+    def capture(self, *args, **kwargs):
+        parsers.append(self)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", capture)
+    with pytest.raises(SystemExit):
+        importlib.import_module(module).main([])
+    long = {str(action.option_strings or action.dest): len(action.help) for action in parsers[0]._actions
+            if action.help and action.help != argparse.SUPPRESS and len(action.help) > 300}
+    assert long == {}

@@ -114,11 +114,11 @@ def test_environment_and_neural_environment_implement_robot_env():
 
 def test_environments_import_only_the_engine_and_nerd_frames():
     """nerd.envs sits below the rest of nerd: importing every robot loads only the leaf modules nerd.frames,
-    nerd.device_constants and nerd.errors."""
+    nerd.device_constants, nerd.modes (option names) and nerd.errors."""
     code = (
         "import sys, nerd.envs, nerd.envs.cartpole, nerd.envs.pendulum, nerd.envs.ant, nerd.envs.anymal, "
         "nerd.envs.franka, nerd.envs.cube_toss, nerd.envs.protocol; "
         "bad = sorted(m for m in sys.modules if m.startswith('nerd.') and not m.startswith('nerd.envs') "
-        "and m not in ('nerd.frames', 'nerd.device_constants', 'nerd.errors')); assert not bad, bad"
+        "and m not in ('nerd.frames', 'nerd.device_constants', 'nerd.modes', 'nerd.errors')); assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
