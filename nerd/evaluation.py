@@ -209,7 +209,7 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | NeRDModel 
     step_in_batch = [0]
 
     def evaluated_step() -> None:
-        bar.update()
+        evaluated_bar.update()
         step_in_batch[0] += 1
         if ensemble is not None:
             steps_disagreement.append(ensemble.disagreement)
@@ -221,13 +221,15 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | NeRDModel 
                                 f"{len(outside)} envs read inputs beyond the model's training data (margin "
                                 f"{data_margin:g} of each input's range); NeRD extrapolates there")
 
-    # Progress over steps, not batches: one batch of a long horizon takes minutes.
-    bar = tqdm(total=batches * 2 * horizon, desc=f"{env_name} {env_mode} vs ground truth", unit="step",
-               mininterval=1.0, disable=not progress)
+    # Progress over steps, not batches: one batch of a long horizon takes minutes. One bar per simulator, each
+    # counting its own steps (one step advances all num_envs rollouts of a batch by one frame).
+    bars = [tqdm(total=batches * horizon, desc=f"{env_name} {label}", unit="step", mininterval=1.0, position=i,
+                 disable=not progress) for i, label in enumerate(("ground truth", f"{env_mode} (evaluated)"))]
+    gt_bar, evaluated_bar = bars
     for batch in range(batches):
         initial = sample(num_envs, generator)
         start = time.perf_counter()
-        gt = rollout(nenv, initial, horizon, GROUND_TRUTH, on_step=bar.update)
+        gt = rollout(nenv, initial, horizon, GROUND_TRUTH, on_step=gt_bar.update)
         middle = time.perf_counter()
         steps_disagreement.clear()
         steps_outside.clear()
@@ -235,7 +237,8 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | NeRDModel 
         pred = rollout(evaluated, initial, horizon, env_mode, on_step=evaluated_step)
         seconds["ground_truth"] += middle - start
         seconds["evaluated"] += time.perf_counter() - middle
-        bar.set_postfix(env_steps_per_s=f"{(batch + 1) * num_envs * 2 * horizon / sum(seconds.values()):,.0f}")
+        for sim_bar, key in ((gt_bar, "ground_truth"), (evaluated_bar, "evaluated")):
+            sim_bar.set_postfix(env_steps_per_s=f"{(batch + 1) * num_envs * horizon / seconds[key]:,.0f}")
         keep = min(num_envs, num_rollouts - done)
         errors = state_errors(gt[1:, :keep], pred[1:, :keep], env)
         for name, value in errors.items():
@@ -256,7 +259,8 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | NeRDModel 
                         "ground_truth": gt[:, :k, : env.dof_q].transpose(0, 1).tolist(),
                         "evaluated": pred[:, :k, : env.dof_q].transpose(0, 1).tolist()}
         done += keep
-    bar.close()
+    for sim_bar in bars:
+        sim_bar.close()
     per_step = {name: (value / done) for name, value in sums.items()}
     spread = {name: torch.cat(chunks, dim=1).std(dim=1, correction=0) for name, chunks in trajectory_means.items()}
     steps = batches * num_envs * horizon

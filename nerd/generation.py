@@ -215,6 +215,9 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
     try:
         with tqdm(total=num_trajectories * T, unit="transition", disable=not progress, desc=cfg.env_name) as bar:
             while kept < num_trajectories:
+                # The bar counts the transitions that will be written: a batch's last trajectories beyond the target
+                # are not counted, and dropped (diverged) ones are taken back once the batch is checked.
+                counted = min(n, num_trajectories - kept)
                 env.reset(states=sample_states(n, generator))
                 if random_planes:
                     contacts = env.get_contacts()
@@ -247,7 +250,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
                         env.step_with_joint_act(torques, check_finite=False)
                     buffers["joint_acts"][t] = torques
                     buffers["next_states"][t] = env.get_states()
-                    bar.update(n)
+                    bar.update(counted)
                 batch = {name: buf.transpose(0, 1).cpu().numpy() for name, buf in buffers.items()}
                 finite = finite_trajectories(batch)
                 dropped += int((~finite).sum())
@@ -257,6 +260,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
                         f"{cfg.env_name}: every trajectory of a batch diverged; check the sampler ranges")
                 writer.append({name: values[keep] for name, values in batch.items()})
                 kept += len(keep)
+                bar.update((len(keep) - counted) * T)  # <= 0: the batch's dropped trajectories
         seconds = time.perf_counter() - start
         out = writer.close({"num_dropped_trajectories": dropped, "generation_seconds": seconds})
     except BaseException:

@@ -92,9 +92,10 @@ def batch_evaluate(cfg: PolicyEvalConfig, device: str = "cpu", progress: bool = 
     diverged: dict[str, dict[str, int]] = {sim: {} for sim in env_cfgs}
     for simulator, env_cfg in env_cfgs.items():
         vec_env = make_vec_env(env_cfg, device, cfg.seed)
-        for path in cfg.checkpoints:
+        for index, path in enumerate(cfg.checkpoints):
             act = load_policy(rl_cfg, path, vec_env.get_env_info(), device)
-            result = evaluate_policy(vec_env, act, cfg.num_games, cfg.seed)
+            result = evaluate_policy(vec_env, act, cfg.num_games, cfg.seed, progress=progress,
+                                     desc=f"{simulator}, policy {index + 1}/{len(cfg.checkpoints)}")
             rewards[simulator][path] = result["episode_rewards"]
             lengths[simulator][path] = result["episode_lengths"]
             diverged[simulator][path] = result["num_diverged"]

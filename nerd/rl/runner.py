@@ -34,6 +34,7 @@ import numpy as np
 import torch
 import yaml
 from rl_games.common.algo_observer import DefaultAlgoObserver
+from tqdm import tqdm
 
 from nerd.config import to_dict
 from nerd.distributed import rank_from_env
@@ -280,8 +281,10 @@ def load_policy(cfg: RLConfig, checkpoint: str | Path, env_info: dict, device: s
 
 @torch.no_grad()
 def evaluate_policy(vec_env: NeRDVecEnv, act: Callable[[torch.Tensor], torch.Tensor], num_games: int,
-                    seed: int | None = None) -> dict[str, Any]:
+                    seed: int | None = None, progress: bool = False, desc: str = "playback") -> dict[str, Any]:
     """Run ``num_games`` whole episodes of ``act`` in ``vec_env``.
+
+    With ``progress`` a bar on stderr (``desc``) counts the finished episodes out of ``num_games``.
 
     Returns:
         ``episode_rewards`` and ``episode_lengths`` (lists, one per episode), their means and (population)
@@ -307,6 +310,7 @@ def evaluate_policy(vec_env: NeRDVecEnv, act: Callable[[torch.Tensor], torch.Ten
     term_sums: dict[str, float] = {}
     obs_sum = obs_sq = obs_count = 0
     n = vec_env.num_envs
+    bar = tqdm(total=num_games, desc=desc, unit="episode", mininterval=1.0, disable=not progress)
     while len(returns) < num_games:
         take = min(n, num_games - len(returns))
         obs = vec_env.reset()
@@ -319,7 +323,8 @@ def evaluate_policy(vec_env: NeRDVecEnv, act: Callable[[torch.Tensor], torch.Ten
         diverged = torch.zeros(n, dtype=torch.bool, device=vec_env.device)
         outside = None
         active[:take] = True
-        while bool(active.any()):
+        running = take  # episodes of this batch still running (one host read per step)
+        while running:
             live = obs[active].double()
             obs_sum, obs_sq, obs_count = obs_sum + live.sum(0), obs_sq + (live**2).sum(0), obs_count + len(live)
             obs, rewards, dones, infos = vec_env.step(act(obs))
@@ -330,6 +335,9 @@ def evaluate_policy(vec_env: NeRDVecEnv, act: Callable[[torch.Tensor], torch.Ten
             if "outside_data" in infos:
                 outside = (0 if outside is None else outside) + (active & infos["outside_data"]).long()
             active &= ~dones.bool()
+            still = int(active.sum())
+            bar.update(running - still)
+            running = still
         ret = terms.pop("reward")
         returns += ret[:take].tolist()
         lengths += length[:take].tolist()
@@ -338,6 +346,7 @@ def evaluate_policy(vec_env: NeRDVecEnv, act: Callable[[torch.Tensor], torch.Ten
             outside_steps += (outside[:take].double() / length[:take].clamp(min=1)).tolist()
         for name, value in terms.items():
             term_sums[name] = term_sums.get(name, 0.0) + float(value[:take].sum())
+    bar.close()
     if num_diverged == len(returns):
         raise RolloutDivergedError(f"all {num_diverged} episodes diverged (non-finite NeRD states); the NeRD model "
                                    "cannot simulate this policy, so there is no reward to report")
@@ -357,17 +366,19 @@ def evaluate_policy(vec_env: NeRDVecEnv, act: Callable[[torch.Tensor], torch.Ten
 
 
 def play_policy(cfg: RLConfig, checkpoint: str | Path, num_games: int, device: str = "cpu", seed: int = 0,
-                num_envs: int | None = None) -> dict[str, Any]:
+                num_envs: int | None = None, progress: bool = False) -> dict[str, Any]:
     """Evaluate a checkpoint in ``cfg.env``'s simulator; returns :func:`evaluate_policy`'s summary + settings.
 
     ``num_envs`` (default: the config's) is capped at ``num_games``: every env plays one episode per batch.
+    ``progress`` shows a bar of finished episodes on stderr.
     """
     cfg = copy.deepcopy(cfg)
     cfg.env = cfg.env.for_evaluation()
     cfg.env.num_envs = min(cfg.env.num_envs if num_envs is None else num_envs, num_games)
     vec_env = make_vec_env(cfg.env, device, seed)
     act = load_policy(cfg, checkpoint, vec_env.get_env_info(), device)
-    result = evaluate_policy(vec_env, act, num_games, seed)
+    result = evaluate_policy(vec_env, act, num_games, seed, progress=progress,
+                             desc=f"{cfg.env.robot} {cfg.env.task} in {cfg.env.env_mode}")
     neural = cfg.env.env_mode == NEURAL
     return {"robot": cfg.env.robot, "task": cfg.env.task, "env_mode": cfg.env.env_mode,
             "nerd_model_path": cfg.env.nerd_model_path if neural else None,

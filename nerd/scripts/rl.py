@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     if args.playback is not None:
-        result = play_policy(cfg, args.playback, args.num_games, device, args.seed, args.num_envs)
+        result = play_policy(cfg, args.playback, args.num_games, device, args.seed, args.num_envs, progress=True)
         print(format_playback(result))
         if output:
             output.parent.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,7 @@
 """Dataset generation and the HDF5 round trip: shapes, attributes, values, and crash safety."""
 
+import re
+
 import h5py
 import numpy as np
 import pytest
@@ -337,3 +339,24 @@ def test_mirror_signs_add_each_trajectorys_mirror_image(tmp_path):
                                 tmp_path / "pendulum.hdf5", progress=False).path
     with pytest.raises(UserError, match="not a fixed-base world-frame robot without contacts"):
         TrajectoryWindows(pendulum, 4, mirror_signs=(-1.0, -1.0))
+
+
+def test_progress_bar_counts_the_transitions_written(tmp_path, monkeypatch, capsys):
+    """The generation bar ends at the transitions written: a batch's trajectories beyond the target and the
+    dropped (diverged) ones are not counted, so it never passes its total."""
+    from nerd.envs.cartpole import Cartpole
+
+    sample = Cartpole.sample_initial_states
+
+    def with_one_broken_env(self, n, generator):
+        states = sample(self, n, generator)
+        states[0, 0] = 1e30  # beyond the divergence threshold: this env's trajectory is dropped
+        return states
+
+    monkeypatch.setattr(Cartpole, "sample_initial_states", with_one_broken_env)
+    # 10 trajectories wanted; batches of 4 keep 3 each, so the fourth batch has 3 finite and 1 is needed.
+    summary = generate_dataset(GenerationConfig("Cartpole", 50, trajectory_length=5, num_envs=4, seed=0),
+                               tmp_path / "c.hdf5", progress=True)
+    assert (summary.num_transitions, summary.num_dropped) == (50, 4)
+    counts = [int(n) for n in re.findall(r"(\d+)/50 ", capsys.readouterr().err)]
+    assert counts[-1] == 50 and max(counts) == 50

@@ -406,6 +406,16 @@ def test_ground_truth_evaluation_has_zero_error(pendulum_run, device):
     assert all(v == 0.0 for v in results["metrics"].values())
 
 
+def test_evaluation_progress_counts_each_simulators_steps(capsys):
+    """One bar per simulator, each counting its own steps: 2 batches of horizon 7 end at 14/14 twice (not 28)."""
+    evaluate_passive("Cartpole", None, "ground-truth", 3, 6, 7, seed=0, progress=True)
+    err = capsys.readouterr().err.replace("\r", "\n")
+    finals = [line for line in err.splitlines() if "14/14 " in line]
+    assert any(line.startswith("Cartpole ground truth:") for line in finals), err[-1000:]
+    assert any(line.startswith("Cartpole ground-truth (evaluated):") for line in finals), err[-1000:]
+    assert "/28 " not in err
+
+
 def test_neural_evaluation_reports_errors(pendulum_run):
     """A (barely trained) neural model is evaluated on a ground configuration with finite, non-zero errors."""
     root, _, _ = pendulum_run

@@ -1,6 +1,7 @@
 """RL entry points: tiny PPO training -> checkpoint -> playback, batch evaluation table, one-line errors."""
 
 import json
+import re
 import runpy
 import sys
 from pathlib import Path
@@ -334,3 +335,28 @@ def test_a_recurrent_policy_keeps_its_state_between_steps_and_resets_it_for_new_
     torch.testing.assert_close(act(obs[:2]), first[:2], rtol=0, atol=1e-6)  # a new batch size starts from zero
     result = evaluate_policy(vec_env, act, num_games=4, seed=0)
     assert result["num_games"] == 4 and result["mean_length"] == 128
+
+
+def test_playback_progress_counts_finished_episodes(capsys):
+    """evaluate_policy's bar counts episodes as they finish, up to num_games (3 batches of 2 envs for 5 games)."""
+
+    class Timeouts:
+        """Two envs whose episodes end after 1 and 3 steps."""
+
+        num_envs, device = 2, "cpu"
+
+        def reset(self):
+            self.t = 0
+            return torch.zeros(2, 1)
+
+        def step(self, actions):
+            self.t += 1
+            dones = torch.tensor([self.t == 1, self.t == 3], dtype=torch.uint8)
+            return torch.zeros(2, 1), torch.ones(2), dones, {"diverged": torch.zeros(2, dtype=torch.bool),
+                                                             "reward_terms": {}}
+
+    result = evaluate_policy(Timeouts(), lambda obs: obs, num_games=5, progress=True, desc="swingup")
+    assert result["episode_lengths"] == [1, 3, 1, 3, 1]
+    err = capsys.readouterr().err.replace("\r", "\n")
+    counts = [int(n) for n in re.findall(r"swingup: .*?(\d+)/5 \[", err)]
+    assert counts[-1] == 5 and max(counts) == 5 and "episode" in err
