@@ -68,8 +68,9 @@ class RLEnvConfig:
     env_mode: EnvMode = NEURAL
     """Step with the NeRD model or the analytical solver."""
     nerd_model_path: str | list[str] | None = None
-    """NeRD checkpoint, needed in neural mode only (relative paths are relative to the working directory); a list of
-    checkpoints steps as their ensemble (mean prediction, our option)."""
+    """NeRD checkpoint, needed in neural mode only; a list of checkpoints steps as their ensemble (mean prediction,
+    our option). A relative path in a config file is looked up as :func:`resolve_model_path` says: the working
+    directory, then the repository root, then the config's folder."""
     nerd_mirror: bool = False
     """Average each NeRD model's prediction with its prediction for the robot's mirror image (our option, for robots
     with ``Environment.mirror_joint_signs``: the Cartpole; two network calls per model)."""
@@ -131,10 +132,43 @@ RUN_DIR_ENTRIES = ("nn", "summaries", "config.yaml", "git.yaml", "train_summary.
 :func:`nerd.run_dir.clear_run_dir`)."""
 
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
+"""The checkout this package runs from (shipped configs name files relative to it, e.g. ``pretrained_models/``)."""
+
+
+def resolve_model_path(path: str, config_path: str | Path) -> str:
+    """Where a model path written in the config file ``config_path`` points.
+
+    An absolute path is kept. A relative one is looked up, in this order, and the first existing file wins:
+
+    1. the working directory (the path as written, unchanged);
+    2. the repository root (:data:`REPO_ROOT`): shipped configs name ``pretrained_models/...`` this way, so they
+       work from any directory;
+    3. the config file's folder (a config kept next to its model).
+
+    A path found in 2 or 3 is returned absolute. When none exists, the path is returned as written, so that the
+    error that follows names what the config says.
+    """
+    if Path(path).is_absolute() or Path(path).is_file():
+        return path
+    for base in (REPO_ROOT, Path(config_path).resolve().parent):
+        if (base / path).is_file():
+            return str(base / path)
+    return path
+
+
 def load_rl_config(path: str | Path, overrides: list[str] | None = None) -> RLConfig:
-    """Read and validate an RL config file (``key.sub=value`` overrides applied first)."""
+    """Read and validate an RL config file (``key.sub=value`` overrides applied first).
+
+    A relative ``env.nerd_model_path`` is resolved by :func:`resolve_model_path`.
+    """
     cfg = load_config(path, RLConfig, overrides)
     check_params(cfg.params)
+    model = cfg.env.nerd_model_path
+    if isinstance(model, str):
+        cfg.env.nerd_model_path = resolve_model_path(model, path)
+    elif model:
+        cfg.env.nerd_model_path = [resolve_model_path(p, path) for p in model]
     return cfg
 
 

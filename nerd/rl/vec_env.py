@@ -209,7 +209,9 @@ def check_env_config(cfg: RLEnvConfig) -> type[Task]:
         paths = [cfg.nerd_model_path] if isinstance(cfg.nerd_model_path, str) else cfg.nerd_model_path
         for path in paths:
             if not Path(path).is_file():
-                raise FileNotFoundError(f"NeRD model not found: {path}")
+                raise FileNotFoundError(f"NeRD model not found: {path}; pass --nerd-model-path (a relative path in a "
+                                        "config is looked up from the working directory, the repository root and "
+                                        "the config's folder)")
     return cls
 
 

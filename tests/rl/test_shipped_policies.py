@@ -1,14 +1,16 @@
 """Every shipped PPO policy loads, with its folder's config, through the restricted unpickler and acts."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from nerd.rl.config import load_rl_config, with_num_envs
+from nerd.rl.config import load_rl_config, resolve_model_path, with_num_envs
 from nerd.rl.runner import load_policy
-from nerd.rl.vec_env import make_vec_env
+from nerd.rl.vec_env import check_env_config, make_vec_env
 
 REPO = Path(__file__).resolve().parents[2]
 POLICIES = sorted((REPO / "pretrained_models/RL_policies").glob("*/*.pth"))
@@ -33,3 +35,35 @@ def test_shipped_policy_loads_with_its_config_and_acts(checkpoint):
     assert (folder / "README.md").is_file()
     evaluated = [row["policy"] for row in json.loads((folder / "batch_eval.json").read_text())["rows"]]
     assert str(checkpoint.relative_to(REPO)) in evaluated, evaluated
+
+
+def test_relative_model_paths_resolve_from_cwd_then_repository_then_config_folder(tmp_path, monkeypatch):
+    """A config's relative nerd_model_path: the working directory first, then the repository root, then the
+    config's own folder; a path found nowhere stays as written and the error says how to name the model."""
+    monkeypatch.chdir(tmp_path)
+    shipped = "pretrained_models/NeRD_models/Cartpole/model.pt"
+    config = tmp_path / "cfgs" / "run.yaml"
+    config.parent.mkdir()
+    (config.parent / "beside.pt").write_bytes(b"")
+    assert resolve_model_path(shipped, config) == str(REPO / shipped)
+    assert resolve_model_path("beside.pt", config) == str(config.parent / "beside.pt")
+    (tmp_path / "beside.pt").write_bytes(b"")  # the working directory wins
+    assert resolve_model_path("beside.pt", config) == "beside.pt"
+    assert resolve_model_path("/abs/missing.pt", config) == "/abs/missing.pt"
+    text = (REPO / "pretrained_models/RL_policies/Cartpole/config.yaml").read_text()
+    config.write_text(text.replace(shipped, "nowhere/model.pt"))
+    cfg = load_rl_config(config)
+    assert cfg.env.nerd_model_path == "nowhere/model.pt"
+    with pytest.raises(FileNotFoundError, match="NeRD model not found: nowhere/model.pt; pass --nerd-model-path"):
+        check_env_config(cfg.env)
+
+
+def test_shipped_policy_plays_in_nerd_from_another_directory(tmp_path):
+    """Playing a shipped policy with its folder's config from an unrelated directory finds the NeRD model the
+    config names relative to the repository."""
+    policy = REPO / "pretrained_models/RL_policies/Cartpole/seed0.pth"
+    result = subprocess.run([sys.executable, str(REPO / "eval/run_rl.py"), "--playback", str(policy), "--num-games",
+                             "2", "--num-envs", "2", "--cfg-overrides", "env.episode_length=5"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "neural" in result.stdout and "2 episodes" in result.stdout, result.stdout
