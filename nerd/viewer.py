@@ -81,6 +81,8 @@ def make_newton_viewer(kind: str, output_path: str | None = None, fps: int = 60)
     no_display = UserError(NO_DISPLAY)
     if kind == "gl" and not display_available():
         raise no_display
+    if kind in ("usd", "file"):
+        Path(output_path).parent.mkdir(parents=True, exist_ok=True)
     try:
         if kind == "gl":
             return nv.ViewerGL()

@@ -3,7 +3,7 @@
 Installed as ``nerd-batch-eval``; ``python eval/batch_eval_policy.py`` runs the same.
 
 Example:
-    python eval/batch_eval_policy.py --eval-cfg cfg/eval/cartpole_swingup.yaml --output out/cartpole_rl.json
+    python eval/batch_eval_policy.py --eval-cfg cfg/eval/cartpole_swingup.yaml --output outputs/cartpole_rl.json
 """
 
 from pathlib import Path

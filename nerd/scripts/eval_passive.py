@@ -5,10 +5,11 @@ Installed as ``nerd-eval``; ``python eval/eval_passive_motion.py`` runs the same
 Example:
     python eval/eval_passive_motion.py --env-name Cartpole \
         --model-path pretrained_models/NeRD_models/Cartpole/model.pt --env-mode neural \
-        --num-envs 2048 --num-rollouts 2048 --rollout-horizon 1000 --seed 500
+        --num-envs 2048 --num-rollouts 2048 --rollout-horizon 1000 --seed 500 --output outputs/cartpole_passive.json
     # the same model next to the ground truth, from one initial state, as an off-screen video
     python eval/eval_passive_motion.py --env-name Cartpole \
-        --model-path pretrained_models/NeRD_models/Cartpole/model.pt --rollout-horizon 300 --video cartpole.gif
+        --model-path pretrained_models/NeRD_models/Cartpole/model.pt --rollout-horizon 300 \
+        --video outputs/cartpole.gif
 
 With --viewer or --video the script shows one rollout (ground truth blue, NeRD orange) instead of evaluating.
 Several --model-path checkpoints of one robot step as an ensemble (their mean prediction; our option).

@@ -6,9 +6,9 @@ observation-mean shift against the checkpoint's running statistics) and writes t
 
 Example:
     python eval/play_release_policies.py --num-games 2048 --num-envs 2048 \
-        --output out/release_policies.json
+        --output outputs/release_policies.json
     python eval/play_release_policies.py --robot Anymal --robot-variant release --num-games 2048 \
-        --num-envs 2048 --output out/release_policies_anymal.json
+        --num-envs 2048 --output outputs/release_policies_anymal.json
 """
 
 import json

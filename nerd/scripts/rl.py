@@ -13,7 +13,7 @@ Examples:
     # watch one episode of it in the ground truth (blue) and in NeRD (orange), recorded off-screen
     python eval/run_rl.py --rl-cfg cfg/rl/Cartpole/swingup_cpu.yaml \
         --nerd-model-path runs/Cartpole_cpu/nn/best.pt --playback runs/rl/cartpole_neural_0/nn/last.pth \
-        --video swingup.gif
+        --video outputs/swingup.gif
 """
 
 import json

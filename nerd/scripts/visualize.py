@@ -3,7 +3,7 @@
 Installed as ``nerd-visualize``; ``python generate/visualize_dataset.py`` runs the same.
 
 Example:
-    python generate/visualize_dataset.py --dataset data/Cartpole/train.hdf5 --png data/Cartpole/train.png
+    python generate/visualize_dataset.py --dataset data/Cartpole/train.hdf5 --png outputs/cartpole_data.png
 """
 
 from pathlib import Path

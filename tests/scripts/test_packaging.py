@@ -158,3 +158,13 @@ def test_every_option_help_is_short(module, monkeypatch):
     long = {str(action.option_strings or action.dest): len(action.help) for action in parsers[0]._actions
             if action.help and action.help != argparse.SUPPRESS and len(action.help) > 300}
     assert long == {}
+
+
+@pytest.mark.parametrize("module", sorted({*(target.split(":")[0] for target in setup_py_console_scripts().values()),
+                                           "nerd.scripts.play_release_policies"}))
+def test_examples_write_results_under_outputs(module):
+    """Examples write result files and videos under outputs/ (ignored by git), never out/ or the working directory."""
+    doc = importlib.import_module(module).__doc__
+    assert not re.search(r"(^|[\s=])out/", doc), doc
+    for flag, path in re.findall(r"(--output|--video|--png) ([\w./-]+\.\w+)", doc):
+        assert path.startswith(("outputs/", "runs/", "pretrained_models/")), (flag, path)
