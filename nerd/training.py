@@ -378,6 +378,7 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
     from torch.utils.tensorboard import SummaryWriter
 
     rank = current_rank()
+    rollout_units: dict[str, str] = {}  # unit of each rollout-check metric, filled by _evaluate_epoch
     sig = train_data.signature
     config_dict = to_dict(cfg)
     if rank.is_main:
@@ -428,7 +429,7 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
                             "seed": seed, "world_size": rank.world_size}
             # The check steps a copy of the epoch's weights (evaluation puts its model in eval mode); no file
             # stands between them, so nothing another process writes can be checked in their place.
-            ckpt_metrics = _evaluate_epoch(cfg, model, epoch, device, writer, sig.robot_variant)
+            ckpt_metrics = _evaluate_epoch(cfg, model, epoch, device, writer, sig.robot_variant, units=rollout_units)
             writer.add_scalar("losses/valid", valid, epoch)
             writer.add_scalar("perf/windows_per_second", len(losses) * cfg.batch_size / epoch_seconds, epoch)
             record = {"epoch": epoch, "windows_seen": run.step * cfg.batch_size, "step_seconds": run.seconds,
@@ -476,6 +477,7 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
     summary = {"world_size": rank.world_size, "replica_checks": run.replica_checks, "optimizer_steps": run.step,
                "windows_seen": run.step * cfg.batch_size, "step_seconds": run.seconds,
                "best_checkpoint_by": cfg.best_checkpoint_by, "best_score": best_score,
+               "best_score_meaning": best_score_meaning(cfg, rollout_units),
                "best_valid_loss": min((r["valid_loss"] for r in history), default=float("nan")),
                "best_checkpoint": str(best_path), "last_checkpoint": str(last_path),
                "averaged_checkpoint": str(averaged_path) if averaged is not None else None,
@@ -846,21 +848,38 @@ class _NoWriter:
         pass
 
 
+def best_score_meaning(cfg: TrainConfig, units: dict[str, str] | None = None) -> str:
+    """What the ``best_score`` of a run's summary measures (lower is better), in words, for its end line.
+
+    ``units``: each rollout-check metric's unit, as the evaluation reports them (``metric_units``).
+    """
+    if cfg.best_checkpoint_by == "valid_loss":
+        return "one-step validation loss: MSE of the normalised prediction targets"
+    terms = " + ".join(f"{name} [{unit}]" for name, unit in (units or {}).items()) or "the robot's error metrics"
+    r = cfg.rollout_eval
+    return (f"sum of the per-epoch rollout check's passive errors, {terms}, each a mean over the {r.horizon} steps "
+            f"of {r.num_envs} rollouts from the '{r.initial_states}' initial states")
+
+
 def _evaluate_epoch(cfg: TrainConfig, model: NeRDModel, epoch: int, device: str, writer, robot_variant: str = "",
-                    tag: str = "eval") -> dict[str, float]:
+                    tag: str = "eval", units: dict[str, str] | None = None) -> dict[str, float]:
     """The end-of-epoch passive rollout of a copy of ``model`` against the ground truth (empty when switched off),
-    in the robot variant the data came from; TensorBoard scalars go under ``tag``."""
+    in the robot variant the data came from; TensorBoard scalars go under ``tag``. ``units`` (a dict) receives
+    each metric's unit."""
     if cfg.rollout_eval.num_envs <= 0:
         return {}
     from nerd.evaluation import evaluate_passive
 
     try:
-        metrics = evaluate_passive(
+        results = evaluate_passive(
             cfg.env_name, copy.deepcopy(model), NEURAL, cfg.rollout_eval.num_envs, cfg.rollout_eval.num_envs,
             cfg.rollout_eval.horizon, cfg.rollout_eval.seed, device=device, progress=False,
             robot_variant=robot_variant or None, initial_states=cfg.rollout_eval.initial_states,
             size_flags="rollout_eval.num_envs or rollout_eval.horizon", history_length=cfg.history_length,
-        )["metrics"]
+        )
+        metrics = results["metrics"]
+        if units is not None:
+            units.update(results["metric_units"])
     except RolloutDivergedError as err:
         # An early, under-trained model's rollout may blow up; that is a measurement of this epoch, not a reason
         # to lose the run. An infinite score keeps the epoch out of best.pt.

@@ -77,8 +77,8 @@ def main(argv: list[str] | None = None) -> None:
     shutdown()
     if not rank.is_main:
         return
-    print(f"best checkpoint by {summary['best_checkpoint_by']} ({summary['best_score']:.5g}) "
-          f"-> {summary['best_checkpoint']}; "
+    print(f"best checkpoint by {summary['best_checkpoint_by']}: {summary['best_score']:.5g}, the "
+          f"{summary['best_score_meaning']} (lower is better) -> {summary['best_checkpoint']}\n"
           f"best validation loss {summary['best_valid_loss']:.5g} "
           f"({summary['train_seconds'] / 60:.1f} min, {summary['parameters']:,} parameters)")
 

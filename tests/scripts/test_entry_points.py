@@ -44,6 +44,9 @@ def test_generate_train_evaluate_from_another_directory(tmp_path):
               "num_epochs=1", "batches_per_epoch=5", "batch_size=32", "valid_batches=2", "rollout_eval.num_envs=2",
               "rollout_eval.horizon=5", "model.transformer.n_layer=1", "model.transformer.n_embd=16")
     assert "best validation loss" in out
+    # The end line says what the best checkpoint's score is: the rollout check's errors, with their units.
+    assert ("best checkpoint by rollout: " in out and "cart_position_error [m] + pole_angle_error [rad], each a mean "
+            "over the 5 steps of 2 rollouts" in out), out
     out = run(str(REPO / "eval/eval_passive_motion.py"), "--env-name", "Cartpole", "--model-path", "run/nn/best.pt",
               "--env-mode", "neural", "--num-envs", "4", "--num-rollouts", "4", "--rollout-horizon", "20",
               "--output", "eval/result.json")
