@@ -59,7 +59,8 @@ class ProgressObserver(DefaultAlgoObserver):
         self.progress = progress
         self.stream = stream
         self.history: list[dict[str, float]] = []
-        """One record per epoch that had finished episodes: epoch, frames, seconds, mean reward and length."""
+        """One record per epoch that had finished episodes: epoch, frames (policy steps summed over the envs up to
+        the end of the epoch, rl-games' "frames"), seconds, mean reward and length."""
         self.episodes = 0
         """Episodes finished so far (all envs)."""
         self.diverged = 0
@@ -76,7 +77,9 @@ class ProgressObserver(DefaultAlgoObserver):
         algo = self.algo
         if algo.game_rewards.current_size == 0:
             return
-        record = {"epoch": int(epoch_num), "frames": int(frame), "seconds": float(total_time),
+        # rl-games passes the frame count from before the epoch (0 after the first one); count the epoch's steps too.
+        steps = int(algo.frame) // max(int(algo.num_agents), 1)
+        record = {"epoch": int(epoch_num), "frames": steps, "seconds": float(total_time),
                   "mean_episode_reward": float(algo.game_rewards.get_mean()[0]),
                   "mean_episode_length": float(algo.game_lengths.get_mean()),
                   "episodes": self.episodes, "diverged_episodes": self.diverged}
@@ -84,7 +87,7 @@ class ProgressObserver(DefaultAlgoObserver):
         if self.progress:
             diverged = f", {self.diverged} of {self.episodes} episodes so far diverged" if self.diverged else ""
             print(f"epoch {epoch_num}: mean episode reward {record['mean_episode_reward']:.2f}, "
-                  f"length {record['mean_episode_length']:.1f} ({frame} frames, {total_time:.0f} s){diverged}",
+                  f"length {record['mean_episode_length']:.1f} ({steps:,} env steps, {total_time:.0f} s){diverged}",
                   file=self.stream or sys.stdout, flush=True)
 
 

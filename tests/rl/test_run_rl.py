@@ -66,6 +66,9 @@ def test_training_writes_checkpoints_config_and_summaries(trained_policy):
     assert list((trained_policy / "summaries").glob("events.out.tfevents.*"))
     summary = json.loads((trained_policy / "train_summary.json").read_text())
     assert summary["epochs"] and summary["epochs"][-1]["epoch"] == 3
+    # Each epoch's frame count includes its own steps (rl-games reports the count before the epoch: 0 at first).
+    batch = resolved["params"]["config"]["horizon_length"] * resolved["env"]["num_envs"]
+    assert [e["frames"] for e in summary["epochs"]] == [e["epoch"] * batch for e in summary["epochs"]]
     # The run's files record its paths as given, not this machine's absolute ones (shipped copies stay portable).
     assert summary["logdir"] == "run" and summary["last_checkpoint"] == str(Path("run/nn/last.pth"))
     assert resolved["params"]["config"]["train_dir"] == "."
