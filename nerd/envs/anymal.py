@@ -153,7 +153,7 @@ DATA_PD_GAINS = {"release": ((30.0, 200.0), (0.0, 1.0)), "damped": ((30.0, 100.0
 """Data-generation gain boxes, (Kp range, Kd range) per name. ``release``: the release's sampler (default).
 ``damped``: ours, a box the held-over-a-frame PD law keeps stable on the physical robot; the release's box makes
 most physical-variant trajectories oscillate to joint speeds of hundreds of rad/s (docs/anymal.md,
-``bench/anymal_pd_stability.py``). Both contain the RL gains (85, 2)."""
+``studies/anymal_pd_stability/anymal_pd_stability.py``). Both contain the RL gains (85, 2)."""
 INIT_XY_RANGE = 0.2  # [m]
 INIT_HEIGHT_RANGE = (0.65, 1.0)  # [m]
 INIT_TILT_RANGE = math.pi / 6  # [rad]
