@@ -64,8 +64,9 @@ class Layout:
 
 
 LAYOUTS = {
-    # The cart slides +-4 m along x and the pole turns in the xz plane: copies stacked, seen from the side.
-    "Cartpole": Layout((0.0, 0.0, 2.5), (0.0, 1.0, -0.1), 10.0, ground=False, rail=4.25),
+    # The cart slides +-4 m along x and the pole turns in the xz plane, seen from the side: the copies stand side by
+    # side along x, 10 m apart, so that their 8.5 m rails leave a gap (ground truth left, NeRD right).
+    "Cartpole": Layout((10.0, 0.0, 0.0), (0.0, 1.0, -0.1), 13.5, ground=False, rail=4.25),
     # Two 1.5 m links swinging in the xz plane about a pivot 2 m up.
     "PendulumWithContact": Layout((7.0, 0.0, 0.0), (0.0, 1.0, -0.2), 13.0),
     # Looking along +x, -y is to the right: the second copy (NeRD) stands right of the first.

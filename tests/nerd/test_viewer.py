@@ -165,3 +165,24 @@ def test_mp4_writer(tmp_path):
         writer.add(np.full((45, 81, 3), value, dtype=np.uint8))
     path = writer.close()
     assert path.stat().st_size > 100 and not list(tmp_path.glob(".*tmp*"))
+
+
+@needs_egl
+def test_cartpole_copies_stand_side_by_side():
+    """The Cartpole's two copies share the frame's height, ground truth on the left and NeRD on the right."""
+    env = make_env("Cartpole", 1)
+    view = RobotView(env, make_offscreen_viewer(480, 270), [GROUND_TRUTH_COLOR, NERD_COLOR])
+    try:
+        view.log(0.0, [env.get_body_q()[0], env.get_body_q()[0]])
+        frame = view.viewer.get_frame().numpy().copy()
+    finally:
+        view.close()
+    rows, cols = {}, {}
+    for name, colour in (("gt", GROUND_TRUTH_COLOR), ("nerd", NERD_COLOR)):
+        rgb = frame.astype(np.int32)
+        lo, mid, hi = (rgb[..., i] for i in np.argsort(colour))
+        ys, xs = np.nonzero((hi - lo > 100) & (hi >= mid) & (mid >= lo))  # saturated: not the blue sky
+        assert len(xs) > 20, name
+        rows[name], cols[name] = ys.mean(), xs.mean()
+    assert cols["gt"] < 240 < cols["nerd"]
+    assert abs(rows["gt"] - rows["nerd"]) < 10
