@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--torque-scale", default="full", choices=list(TORQUE_SCALES),
                         help="random torques: white noise over the robot's torque box ('full', the release's), over "
                              "a box shrunk per trajectory by 10^U[-2, 0] ('log-uniform', ours) or doubled and clipped "
-                             "to the box ('saturating', ours); see docs/notebook/results.md")
+                             "to the box ('saturating', ours); their effects: docs/findings.md")
     parser.add_argument("--torque-hold-frames", type=int, default=1,
                         help="hold each random torque for a mean time drawn log-uniformly in [1, this] frames per "
                              "trajectory (ours); 1 redraws every frame (white noise, the release's)")
