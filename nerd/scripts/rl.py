@@ -77,6 +77,9 @@ def main(argv: list[str] | None = None) -> None:
         check_viewer_args(args)
         if args.playback is None:
             raise UserError("--viewer/--video show a trained policy: add --playback CHECKPOINT")
+    output = None
+    if args.playback is not None and not viewing and args.output:
+        output = check_json_output(args.output, args.overwrite, None)[0]
     if args.playback is not None and not Path(args.playback).is_file():
         raise FileNotFoundError(f"policy checkpoint not found: {args.playback}")
     cfg = load_rl_config(args.rl_cfg or run_config_of(args.playback), args.cfg_overrides)
@@ -94,9 +97,6 @@ def main(argv: list[str] | None = None) -> None:
     if args.multi_gpu:
         cfg.params["config"]["multi_gpu"] = True
     main_rank = not cfg.params["config"].get("multi_gpu") or rank_from_env().is_main
-    output = None
-    if args.playback is not None and not viewing and args.output:
-        output = check_json_output(args.output, args.overwrite, None)[0]
     if args.num_envs is not None and args.playback is None:
         cfg = with_num_envs(cfg, args.num_envs)
     stamp = time.strftime("%Y%m%d-%H%M%S")
