@@ -35,7 +35,8 @@ LOG_UNIFORM_DECADES = 2.0
 """``"log-uniform"`` draws each trajectory's torque factor as 10^U[-LOG_UNIFORM_DECADES, 0]."""
 SATURATING_GAIN = 2.0
 """``"saturating"`` multiplies the white noise by this and clips it to the box: with 2, half of the torques sit
-at the limit and the mean |torque| is 0.75 of it (what the Ant's run policies apply, studies/torque_usage/torque_usage.py)."""
+at the limit and the mean |torque| is 0.75 of it (what the Ant's run policies apply,
+studies/torque_usage/torque_usage.py)."""
 
 DIVERGED_THRESHOLD = 1.0e5
 """A trajectory with any state coordinate beyond this magnitude is treated as diverged and dropped."""
