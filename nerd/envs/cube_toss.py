@@ -30,8 +30,8 @@ Reset and data sampler (the release's ``reset_cube``; the generator always start
 Variants (``robot_variant``): ``"sim"`` is the release's cube above. ``"real"`` is a deliberately *mismatched* ground
 truth standing in for the paper's real toss data (which is not public), for the fine-tuning demonstration
 (``studies/cube_finetune/cube_finetune.py``, docs/notebook/results.md): twice the friction coefficient (mu 0.3), a 3x
-stiffer contact spring (ke 3e4) and a 10x weaker contact damper (kd 1e2), so it slides less and bounces (the release's contact
-is overdamped and does not bounce). Both are the same robot (same state, same 8 corners), so they are
+stiffer contact spring (ke 3e4) and a 10x weaker contact damper (kd 1e2), so it slides less and bounces (the release's
+contact is overdamped and does not bounce). Both are the same robot (same state, same 8 corners), so they are
 interchangeable for models (``robot_variants_interchangeable``): a sim-trained model may be fine-tuned on "real"
 data and evaluated against the "real" ground truth. The variant is still recorded in every dataset's and
 checkpoint's robot signature.
