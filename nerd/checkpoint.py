@@ -19,7 +19,7 @@ import torch
 
 from nerd.config import ConfigError, from_dict, to_dict
 from nerd.errors import UserError, first_line
-from nerd.features import RobotSignature
+from nerd.features import MODEL_OPTIONS, RobotSignature
 from nerd.models import ModelConfig
 from nerd.models.nerd_model import NeRDModel
 
@@ -48,7 +48,16 @@ def checkpoint_label(path: str | Path) -> str:
 def save_checkpoint(path: str | Path, model: NeRDModel, signature: RobotSignature, config: dict[str, Any], *,
                     history_length: int, epoch: int = 0, optimizer: torch.optim.Optimizer | None = None,
                     extra: dict[str, Any] | None = None) -> Path:
-    """Write a checkpoint of ``model`` for the robot ``signature`` to ``path`` (atomically)."""
+    """Write a checkpoint of ``model`` for the robot ``signature`` to ``path`` (atomically).
+
+    Raises:
+        UserError: If ``signature``'s model options (input frame, contact inputs, prediction) are not the model
+            config's: the checkpoint would describe another model than its weights.
+    """
+    stated = {key: getattr(model.cfg, key) for key in MODEL_OPTIONS}
+    if signature.model_options != stated:
+        raise UserError(f"save_checkpoint: the signature's model options {signature.model_options} are not the "
+                        f"model's {stated}")
     payload = {
         "format": CHECKPOINT_FORMAT,
         "model_state": model.state_dict(),
@@ -119,6 +128,12 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu"
             # Files written before model.type alone chose the recurrent cell also stored a redundant rnn.cell.
             model_config["rnn"] = {k: v for k, v in model_config["rnn"].items() if k != "cell"}
         model_cfg = from_dict(ModelConfig, model_config)
+        # The model options live in both (the signature builds the inputs, the model config is the training
+        # config's section); a file where they disagree was not written by save_checkpoint.
+        stated = {key: getattr(model_cfg, key) for key in MODEL_OPTIONS}
+        if signature.model_options != stated:
+            raise TypeError(f"its signature's model options {signature.model_options} differ from its model "
+                            f"config's {stated}")
         model = NeRDModel(signature.input_groups, signature.target_dim, model_cfg)
         model.load_state_dict(payload["model_state"])
         if "data_range" in payload:

@@ -15,6 +15,13 @@ Our option ``joint_limit_lookahead`` (with it) appends a ``joint_limit_lookahead
 quantities one frame ahead, for ``q + q̇ Δt`` (Δt the frame's duration). It gives the frame that enters a limit its
 cue: the step starts inside the range, where the penetration is still zero, and ends beyond it.
 
+Model options of the paper's ablation study (recorded in the signature, so a checkpoint states them):
+``input_frame`` ``"robot"`` (NeRD's robot-centric frame) or ``"world"`` (states and contacts as the world sees them,
+no gravity group: it would be constant); ``contact_inputs`` False leaves the contact groups out (with the world
+frame: the paper's end-to-end baseline, "E2E"); ``prediction`` ``"relative"`` (the state change) or ``"absolute"``
+(the next state itself, in the frame of the inputs). :func:`build_targets` and :func:`apply_targets` are the one
+place both training and inference turn a prediction into a state, so the two cannot disagree.
+
 Pure torch, engine-free: the same code runs on dataset batches and on live simulator tensors.
 """
 
@@ -31,9 +38,12 @@ from nerd.errors import UserError
 from nerd.representation import (
     StateLayout,
     anchor_pose,
+    compute_absolute_target,
     compute_target,
     contacts_to_anchor_frame,
     gravity_to_anchor_frame,
+    integrate_absolute_target,
+    integrate_target,
     states_to_anchor_frame,
     target_dim,
 )
@@ -45,6 +55,12 @@ JOINT_LIMITS = "joint_limits"
 """Name of the joint-limit input group (our option ``joint_limit_inputs``)."""
 JOINT_LIMIT_LOOKAHEAD = "joint_limit_lookahead"
 """Name of the look-ahead joint-limit input group (our option ``joint_limit_lookahead``)."""
+INPUT_FRAMES = ("robot", "world")
+"""Values of the ``input_frame`` model option: NeRD's robot-centric frame, or the world frame (ablation)."""
+PREDICTIONS = ("relative", "absolute")
+"""Values of the ``prediction`` model option: NeRD's state change, or the next state itself (ablation)."""
+MODEL_OPTIONS = ("input_frame", "contact_inputs", "prediction")
+"""Signature fields that are a model's choice (``model.*`` config keys), not the robot's; defaults are NeRD's."""
 
 
 @dataclass(frozen=True)
@@ -68,26 +84,49 @@ class RobotSignature:
     """[s] How far ahead the ``joint_limit_lookahead`` group (our option) looks: the frame's duration, since a
     model predicts one frame; 0 for no such group. Only with :attr:`joint_limits`."""
 
+    input_frame: str = "robot"
+    """Frame of the model's state and contact inputs and of its target (model option, :data:`INPUT_FRAMES`):
+    ``"robot"`` the robot's own :attr:`states_frame` (NeRD), ``"world"`` the world frame (ablation)."""
+    contact_inputs: bool = True
+    """Whether the token holds the contact groups (model option; False for the paper's E2E baseline)."""
+    prediction: str = "relative"
+    """What the model predicts (model option, :data:`PREDICTIONS`): the state change (NeRD) or the next state."""
+
     def __post_init__(self) -> None:
         if self.joint_limit_lookahead and not self.joint_limits:
             raise UserError("joint_limit_lookahead needs joint_limit_inputs: it looks ahead at the same limits")
+        if self.input_frame not in INPUT_FRAMES:
+            raise UserError(f"input_frame must be one of {list(INPUT_FRAMES)}, got {self.input_frame!r}")
+        if self.prediction not in PREDICTIONS:
+            raise UserError(f"prediction must be one of {list(PREDICTIONS)}, got {self.prediction!r}")
+
+    @property
+    def model_frame(self) -> str:
+        """The frame the model sees and predicts in: ``"world"`` under the world-frame option, else
+        :attr:`states_frame` (a robot kept in the world frame is unchanged by the option)."""
+        return "world" if self.input_frame == "world" else self.states_frame
 
     @property
     def layout(self) -> StateLayout:
-        """The state layout of this robot."""
+        """The state layout of this robot, in the frame the model sees (:attr:`model_frame`)."""
         return StateLayout(self.dof_q, self.dof_qd, self.floating_base, list(self.continuous_q_indices),
-                           self.states_frame)
+                           self.model_frame)
+
+    @property
+    def model_options(self) -> dict[str, Any]:
+        """The model options (:data:`MODEL_OPTIONS`) of this signature."""
+        return {key: getattr(self, key) for key in MODEL_OPTIONS}
 
     @property
     def input_groups(self) -> dict[str, int]:
         """Token groups and widths, in token order."""
         c = self.contact_count
         groups = {"states": self.dof_q + self.dof_qd}
-        if c:
+        if c and self.contact_inputs:
             groups.update(contact_normals=3 * c, contact_points_1=3 * c, contact_depths=c)
         if self.joint_act_dim:
             groups["joint_acts"] = self.joint_act_dim
-        if self.states_frame == "body":
+        if self.model_frame == "body":
             groups["gravity_dir"] = 3
         if self.joint_limits:
             groups[JOINT_LIMITS] = 2 * len(self.joint_limits)
@@ -110,6 +149,10 @@ class RobotSignature:
             d["joint_limits"] = [list(limit) for limit in limits]
         if not d["joint_limit_lookahead"]:
             del d["joint_limit_lookahead"]
+        # The model options likewise: NeRD's own (the defaults) leave existing checkpoints' signatures as they were.
+        for key, default in _MODEL_OPTION_DEFAULTS.items():
+            if d[key] == default:
+                del d[key]
         return d
 
     @classmethod
@@ -125,12 +168,20 @@ class RobotSignature:
             # Datasets never hold it (it is a model's choice); checkpoints written before it existed read none.
             joint_limits=tuple((int(i), float(lo), float(hi)) for i, lo, hi in d.get("joint_limits", ())),
             joint_limit_lookahead=float(d.get("joint_limit_lookahead", 0.0)),
+            # Datasets never hold them either; checkpoints of NeRD's own inputs and target leave them out.
+            input_frame=str(d.get("input_frame", "robot")), contact_inputs=bool(d.get("contact_inputs", True)),
+            prediction=str(d.get("prediction", "relative")),
         )
 
     def check_compatible(self, other: RobotSignature, what: str = "checkpoint") -> None:
         """Raise a one-line ValueError if ``other`` (e.g. the environment) differs from this signature."""
         if other == self:
             return
+        options = [f"model.{k} {v!r} (not {getattr(other, k)!r})" for k, v in self.model_options.items()
+                   if getattr(other, k) != v]
+        if options and replace(other, **self.model_options) == self:
+            raise UserError(f"the {what} was trained with {', '.join(options)}; a model's inputs and target are fixed "
+                            "when it is trained: use the configuration it was trained with, or train a new model")
         if other.env_name != self.env_name:
             raise UserError(f"the {what} is for robot {self.env_name}, not {other.env_name}")
         if other.robot_variant != self.robot_variant and _variants_interchangeable(self.env_name):
@@ -142,6 +193,16 @@ class RobotSignature:
                             f"environment is the '{other.robot_variant}' variant (choose it with --robot-variant)")
         diffs = [f"{k} {v} vs {getattr(other, k)}" for k, v in asdict(self).items() if getattr(other, k) != v]
         raise UserError(f"the {what}'s state/contact layout does not match the environment: {', '.join(diffs)}")
+
+
+_MODEL_OPTION_DEFAULTS = {"input_frame": "robot", "contact_inputs": True, "prediction": "relative"}
+"""NeRD's own model options: what a signature without them (a dataset's, an older checkpoint's) means."""
+
+
+def with_model_options(sig: RobotSignature, model_cfg: Any) -> RobotSignature:
+    """``sig`` with the model options (:data:`MODEL_OPTIONS`) of ``model_cfg`` (a
+    :class:`~nerd.models.ModelConfig`, or anything with those attributes): the signature of that model."""
+    return replace(sig, **{key: getattr(model_cfg, key) for key in MODEL_OPTIONS})
 
 
 def _variants_interchangeable(env_name: str) -> bool:
@@ -232,12 +293,14 @@ def build_inputs(sig: RobotSignature, states: Tensor, root_body_q: Tensor, joint
         pose (..., 7), or None for world-frame robots.
     """
     layout = sig.layout
-    anchor = anchor_pose(states, layout, root_body_q) if sig.states_frame == "body" else None
+    body = layout.states_frame == "body"
+    # A floating base in the world frame (the world-frame option) is expressed in the identity anchor.
+    anchor = anchor_pose(states, layout, root_body_q) if body or layout.floating_base else None
     groups = {"states": states_to_anchor_frame(states, anchor, layout)}
-    if sig.contact_count:
+    if sig.contact_count and sig.contact_inputs:
         points, normals = contacts["contact_points_1"], contacts["contact_normals"]
         depths = contacts["contact_depths"]
-        if anchor is not None:
+        if body:
             points, normals = contacts_to_anchor_frame(points, normals, anchor)
         active = active_contact_mask(depths, contacts["contact_thicknesses"])
         zero = torch.zeros((), dtype=points.dtype, device=points.device)
@@ -246,7 +309,7 @@ def build_inputs(sig: RobotSignature, states: Tensor, root_body_q: Tensor, joint
         groups["contact_depths"] = torch.where(active, depths, zero)
     if sig.joint_act_dim:
         groups["joint_acts"] = joint_acts
-    if sig.states_frame == "body":
+    if body:
         groups["gravity_dir"] = gravity_to_anchor_frame(anchor)
     if sig.joint_limits:
         groups.update(joint_limit_features(sig, states))
@@ -282,5 +345,17 @@ def joint_limit_features(sig: RobotSignature, states: Tensor) -> dict[str, Tenso
 
 
 def build_targets(sig: RobotSignature, states: Tensor, next_states: Tensor, anchor: Tensor | None) -> Tensor:
-    """(..., P) relative targets of each transition in the anchor frame of its first step."""
+    """(..., P) targets of each transition in the frame of its first step's inputs: the state change (NeRD), or
+    with ``sig.prediction == "absolute"`` the next state itself (:func:`~nerd.representation.compute_absolute_target`).
+    ``anchor`` is what :func:`build_inputs` returned for ``states``."""
+    if sig.prediction == "absolute":
+        return compute_absolute_target(states, next_states, anchor, sig.layout)
     return compute_target(states, next_states, anchor, sig.layout)
+
+
+def apply_targets(sig: RobotSignature, states: Tensor, targets: Tensor, anchor: Tensor | None) -> Tensor:
+    """(..., S) world-frame next states from ``states`` and (de-normalised) ``targets`` as :func:`build_targets`
+    makes them; the inverse of :func:`build_targets`, and how the integrator applies a model's prediction."""
+    if sig.prediction == "absolute":
+        return integrate_absolute_target(states, targets, anchor, sig.layout)
+    return integrate_target(states, targets, anchor, sig.layout)

@@ -10,6 +10,7 @@ switching to neural mid-rollout starts from a full history.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -17,7 +18,13 @@ import torch
 from nerd.checkpoint import load_checkpoint
 from nerd.envs.environment import Environment
 from nerd.errors import UserError
-from nerd.features import JOINT_LIMIT_LOOKAHEAD, JOINT_LIMITS, robot_mirror_signs, signature_of_env
+from nerd.features import (
+    JOINT_LIMIT_LOOKAHEAD,
+    JOINT_LIMITS,
+    robot_mirror_signs,
+    signature_of_env,
+    with_model_options,
+)
 from nerd.integrator import NeRDEnsembleIntegrator, NeRDIntegrator
 from nerd.models.nerd_model import NeRDModel
 from nerd.modes import ENV_MODES, GROUND_TRUTH, NEURAL
@@ -68,8 +75,10 @@ class NeuralEnvironment:
                     mirror_signs: Sequence[float] | None = None) -> NeRDIntegrator:
         """The integrator of one model on this environment (the signature its input groups ask for)."""
         env, groups = self.env, nerd_model.input_groups
-        signature = signature_of_env(env, joint_limit_inputs=JOINT_LIMITS in groups,
-                                     joint_limit_lookahead=JOINT_LIMIT_LOOKAHEAD in groups)
+        # The model's own options (input frame, contact inputs, prediction) ride in its config.
+        signature = with_model_options(signature_of_env(env, joint_limit_inputs=JOINT_LIMITS in groups,
+                                                        joint_limit_lookahead=JOINT_LIMIT_LOOKAHEAD in groups),
+                                       nerd_model.cfg)
         return NeRDIntegrator(
             env.model, nerd_model.to(env.torch_device).eval(), signature, num_envs=env.num_envs,
             anchor_body=env.anchor_body, act_dof_indices=env.act_dof_indices, frame_dt=env.frame_dt,
@@ -86,8 +95,11 @@ class NeuralEnvironment:
         models, lengths = [], []
         for one in paths:
             nerd_model, signature, payload = load_checkpoint(one, device=env.torch_device)
-            signature.check_compatible(signature_of_env(env, joint_limit_inputs=bool(signature.joint_limits),
-                                                        joint_limit_lookahead=bool(signature.joint_limit_lookahead)))
+            # The model options are the checkpoint's own (load_checkpoint checked them against its model config):
+            # the robot and its layout are what has to match the environment.
+            env_sig = signature_of_env(env, joint_limit_inputs=bool(signature.joint_limits),
+                                       joint_limit_lookahead=bool(signature.joint_limit_lookahead))
+            signature.check_compatible(replace(env_sig, **signature.model_options))
             models.append(nerd_model)
             lengths.append(payload["history_length"])
         return cls(env, models, env_mode, history_length=lengths, compile_model=compile_model, mirror=mirror)

@@ -333,3 +333,65 @@ def _require_anchor(anchor: Tensor | None) -> Tensor:
     if anchor.shape[-1] != 7:
         raise ValueError(f"anchor must be (..., 7) = [p, quat xyzw], got last dimension {anchor.shape[-1]}.")
     return anchor
+
+
+def compute_absolute_target(states_t: Tensor, states_t1: Tensor, anchor_t: Tensor | None, layout: StateLayout
+                            ) -> Tensor:
+    """Absolute prediction target (the ablation study's variant of NeRD's relative one): the state of step t + 1
+    itself, expressed in the anchor frame of step t, the frame of that step's inputs.
+
+    For a floating base that is ``[Rᵀ(p_{t+1} − p_a), q_a⁻¹ ⊗ q_{t+1}, joints, Rᵀ v_{t+1}, Rᵀ ω_{t+1}, joint rates]``
+    with the quaternion's sign chosen with ``w ≥ 0`` (``q`` and ``−q`` are one rotation and must be one target);
+    continuous joints are wrapped into [−π, π). ``states_t`` is read for its shape only: the anchor carries what
+    the target depends on.
+
+    Args:
+        states_t: ``(..., dof_q + dof_qd)`` world-frame states at step t.
+        states_t1: ``(..., dof_q + dof_qd)`` world-frame states at step t + 1.
+        anchor_t: ``(..., 7)`` anchor poses of step t; may be ``None`` unless floating.
+        layout: The robot's state layout.
+
+    Returns:
+        ``(..., target_dim(layout))`` targets.
+    """
+    _check_states(states_t, layout, "states_t")
+    s1_b = states_to_anchor_frame(states_t1, anchor_t, layout)
+    if not layout.floating_base:
+        return s1_b
+    rot = s1_b[..., 3:7]
+    rot = torch.where(rot[..., 3:] < 0, -rot, rot)
+    return torch.cat((s1_b[..., :3], rot, s1_b[..., 7:]), dim=-1)
+
+
+def integrate_absolute_target(states_t: Tensor, target: Tensor, anchor_t: Tensor | None, layout: StateLayout
+                              ) -> Tensor:
+    """The world-frame state of step t + 1 from an absolute target; the inverse of :func:`compute_absolute_target`.
+
+    The predicted quaternion is normalised and put in the hemisphere of ``q_t`` (as :func:`integrate_target`'s
+    comes out), continuous joints continue ``states_t`` without a 2π jump (the engine never wraps them).
+
+    Args:
+        states_t: ``(..., dof_q + dof_qd)`` world-frame states at step t.
+        target: ``(..., target_dim(layout))`` absolute targets (de-normalised), e.g. a model's prediction.
+        anchor_t: ``(..., 7)`` anchor poses of step t; may be ``None`` unless floating.
+        layout: The robot's state layout.
+
+    Returns:
+        ``(..., dof_q + dof_qd)`` world-frame states at step t + 1.
+    """
+    if target.shape[-1] != target_dim(layout):
+        raise ValueError(
+            f"target has last dimension {target.shape[-1]}, but the layout's target_dim is {target_dim(layout)}."
+        )
+    if layout.floating_base:
+        target = torch.cat((target[..., :3], quat_normalize(target[..., 3:7]), target[..., 7:]), dim=-1)
+    s1 = states_from_anchor_frame(target, anchor_t, layout)
+    if layout.floating_base:
+        rot = s1[..., 3:7]
+        same_side = (rot * states_t[..., 3:7]).sum(dim=-1, keepdim=True) >= 0
+        s1 = torch.cat((s1[..., :3], torch.where(same_side, rot, -rot), s1[..., 7:]), dim=-1)
+    if not layout.continuous_q_indices:
+        return s1
+    # The wrapped prediction, continued from states_t: the engine's coordinate never jumps by 2π.
+    mask = _index_mask(tuple(layout.continuous_q_indices), s1.shape[-1], s1.device)
+    return torch.where(mask, states_t + wrap_angle(s1 - states_t), s1)

@@ -27,7 +27,7 @@ from nerd.config import ConfigError, check_range, to_dict
 from nerd.datasets.windows import TrajectoryWindows, dataset_files
 from nerd.distributed import Rank, current_rank, replica_checksums
 from nerd.errors import RolloutDivergedError, UserError, first_line
-from nerd.features import RobotSignature, robot_joint_limits, robot_mirror_signs
+from nerd.features import MODEL_OPTIONS, RobotSignature, robot_joint_limits, robot_mirror_signs
 from nerd.models import ModelConfig
 from nerd.models.nerd_model import NeRDModel, model_bytes
 from nerd.modes import INITIAL_STATES, NEURAL, InitialStates
@@ -180,6 +180,11 @@ class TrainConfig:
         if self.micro_batch_size is not None and self.unroll_steps > 1:
             # The unrolled inputs of a batch form one autograd graph, which per-part backward passes would free.
             raise ConfigError("config key 'micro_batch_size': not supported with unroll_steps > 1; leave it unset")
+        if self.model.prediction == "absolute" and (self.input_noise > 0 or self.unroll_steps > 1):
+            # Both correct relative targets for a perturbed input; an absolute target needs no correction, and
+            # mixing the two would train on wrong targets.
+            key = "input_noise" if self.input_noise > 0 else "unroll_steps"
+            raise ConfigError(f"config key '{key}': not supported with model.prediction: absolute; leave it unset")
         if self.joint_limit_lookahead and not self.joint_limit_inputs:
             raise ConfigError("config key 'joint_limit_lookahead': needs joint_limit_inputs: true (it looks ahead "
                               "at the same limits)")
@@ -203,6 +208,12 @@ class TrainConfig:
             raise ConfigError(f"config key 'history_length': {self.history_length} exceeds "
                               f"model.transformer.block_size {block_size}, the transformer's context; "
                               "shorten the history or enlarge block_size")
+
+
+def model_options(model_cfg: ModelConfig) -> dict[str, Any]:
+    """The model options of ``model_cfg`` that shape its inputs and target (:data:`~nerd.features.MODEL_OPTIONS`),
+    as the dataset windows and the robot signature take them."""
+    return {key: getattr(model_cfg, key) for key in MODEL_OPTIONS}
 
 
 def noisy_state_columns(layout) -> torch.Tensor:
@@ -315,11 +326,12 @@ def _train(cfg: TrainConfig, logdir: Path, device: str, seed: int | None, resume
     if not resume and rank.is_main:
         check_run_dir(logdir, RUN_DIR_ENTRIES, overwrite)  # fail fast, before the datasets are read
     limits = _joint_limits(cfg, logdir / "nn" / "last.pt" if resume else init_from)
+    options = model_options(cfg.model)
     train_data = TrajectoryWindows(cfg.dataset.train, cfg.history_length, device, cfg.dataset.max_train_trajectories,
                                    joint_limits=limits, joint_limit_lookahead=cfg.joint_limit_lookahead,
-                                   mirror_signs=_mirror_signs(cfg))
+                                   mirror_signs=_mirror_signs(cfg), model_options=options)
     valid_data = TrajectoryWindows(cfg.dataset.valid, cfg.history_length, device, joint_limits=limits,
-                                   joint_limit_lookahead=cfg.joint_limit_lookahead)
+                                   joint_limit_lookahead=cfg.joint_limit_lookahead, model_options=options)
     sig = train_data.signature
     for name, data in (("training", train_data), ("validation", valid_data)):
         if data.signature.env_name != cfg.env_name:
@@ -336,7 +348,7 @@ def _train(cfg: TrainConfig, logdir: Path, device: str, seed: int | None, resume
         if not math.isclose(data.frame_dt, robot_dt, rel_tol=1e-9):
             raise UserError(f"the {name} dataset's frames are {data.frame_dt:g} s, but {cfg.env_name} steps "
                             f"{robot_dt:g} s per frame; regenerate it with generate_dataset.py")
-    if cfg.unroll_steps > 1 and (sig.states_frame != "world" or sig.floating_base):
+    if cfg.unroll_steps > 1 and (sig.model_frame != "world" or sig.floating_base):
         raise UserError(f"unroll_steps > 1 supports world-frame robots without a floating base; "
                         f"{sig.env_name} is not one")
     if cfg.best_checkpoint_by == "rollout" and cfg.rollout_eval.num_envs < 1:
@@ -622,7 +634,8 @@ def _init_or_resume(cfg: TrainConfig, train_data: TrajectoryWindows, logdir: Pat
             ckpt_sig = gained
             model = model.with_input_groups(ckpt_sig.input_groups)
             for group in new_groups:
-                model.input_norms[group].update(train_data.inputs[group].flatten(0, 1))
+                if model.cfg.normalize_inputs:
+                    model.input_norms[group].update(train_data.inputs[group].flatten(0, 1))
         ckpt_sig.check_compatible(sig, what="checkpoint")
         if to_dict(model.cfg) != to_dict(cfg.model):
             raise ConfigError(f"--init-from {init_from}: its model differs from the config's 'model' section "
@@ -924,7 +937,8 @@ def record_data_range(checkpoint: str | Path, datasets: str | Path | list[str | 
     low = high = None
     for path in paths:
         data = TrajectoryWindows(path, payload["history_length"], device, joint_limits=signature.joint_limits,
-                                 joint_limit_lookahead=bool(signature.joint_limit_lookahead))
+                                 joint_limit_lookahead=bool(signature.joint_limit_lookahead),
+                                 model_options=signature.model_options)
         data.signature.check_compatible(signature, what=f"dataset {path}")
         lo, hi = data.input_range(list(model.input_groups))
         low, high = (lo, hi) if low is None else (torch.minimum(low, lo), torch.maximum(high, hi))

@@ -13,9 +13,10 @@ release's 100-step ones.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import h5py
 import torch
@@ -81,11 +82,14 @@ class TrajectoryWindows:
         mirror_signs: A reflection of the robot, one sign per joint DoF
             (:attr:`~nerd.envs.Environment.mirror_joint_signs`): every trajectory is also read as its mirror image
             (twice the windows; our option). Empty: the trajectories as recorded.
+        model_options: The model options (:data:`~nerd.features.MODEL_OPTIONS`: input frame, contact inputs,
+            prediction; not stored in datasets) the windows' inputs and targets are built for; None: NeRD's.
     """
 
     def __init__(self, path: str | Path | Sequence[str | Path], history: int, device: str | torch.device = "cpu",
                  max_trajectories: int | None = None, joint_limits: tuple[tuple[int, float, float], ...] = (),
-                 joint_limit_lookahead: bool = False, mirror_signs: tuple[float, ...] = ()):
+                 joint_limit_lookahead: bool = False, mirror_signs: tuple[float, ...] = (),
+                 model_options: Mapping[str, Any] | None = None):
         files = dataset_files(path)
         self.path = Path(path) if isinstance(path, (str, Path)) else files[0]
         """The file or directory given (the first file of a list)."""
@@ -101,7 +105,8 @@ class TrajectoryWindows:
             attrs = read_attrs(file)
             try:
                 signature = replace(RobotSignature.from_dict(attrs), joint_limits=tuple(joint_limits),
-                                    joint_limit_lookahead=float(attrs["frame_dt"]) if joint_limit_lookahead else 0.0)
+                                    joint_limit_lookahead=float(attrs["frame_dt"]) if joint_limit_lookahead else 0.0,
+                                    **dict(model_options or {}))
             except KeyError as err:
                 raise DatasetError(f"{file} lacks the attribute {err}; it was not written by generate_dataset.py"
                                    ) from err

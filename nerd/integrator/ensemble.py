@@ -44,7 +44,8 @@ class NeRDEnsembleIntegrator(newton.solvers.SolverBase):
             if other.model is not lead.model or other.num_envs != lead.num_envs:
                 raise UserError("the ensemble's members must step the same environment")
             a, b = lead.signature, other.signature
-            if (a.env_name, a.layout, lead.frame_dt) != (b.env_name, b.layout, other.frame_dt):
+            if (a.env_name, a.layout, a.prediction, lead.frame_dt) != (b.env_name, b.layout, b.prediction,
+                                                                        other.frame_dt):
                 raise UserError(f"the ensemble's models predict different things: {a.env_name} {a.layout} every "
                                 f"{lead.frame_dt:g} s vs {b.env_name} {b.layout} every {other.frame_dt:g} s")
         super().__init__(lead.model)

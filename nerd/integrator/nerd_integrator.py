@@ -35,9 +35,8 @@ import warp as wp
 from nerd.envs.contacts import contact_features
 from nerd.envs.environment import torch_waits_for_warp, warp_waits_for_torch
 from nerd.errors import RolloutDivergedError, UserError
-from nerd.features import RobotSignature, build_inputs, mirror_sign_tensors
+from nerd.features import MODEL_OPTIONS, RobotSignature, apply_targets, build_inputs, mirror_sign_tensors
 from nerd.models.nerd_model import NeRDModel
-from nerd.representation import integrate_target
 
 CPU_CHUNK_ENVS = 256
 """Envs per network call on a CPU: (256, 10, 256) float32 MLP activations (2.6 MB) stay in L2/L3 cache; measured
@@ -82,6 +81,11 @@ class NeRDIntegrator(newton.solvers.SolverBase):
         super().__init__(model)
         if nerd_model.input_groups != signature.input_groups or nerd_model.output_dim != signature.target_dim:
             raise ValueError(f"the NeRD model's inputs/outputs do not match the {signature.env_name} signature")
+        stated = {key: getattr(nerd_model.cfg, key) for key in MODEL_OPTIONS}
+        if signature.model_options != stated:
+            # Same widths, other meaning (e.g. an absolute prediction applied as a state change): refuse.
+            raise UserError(f"the NeRD model was trained with model options {stated}, but the integrator was given "
+                            f"{signature.model_options}")
         if history_length < 1 or history_length > nerd_model.max_history > 1:
             raise UserError(f"history_length must lie in [1, {nerd_model.max_history}] (the model's context), "
                              f"got {history_length}")
@@ -241,13 +245,14 @@ class NeRDIntegrator(newton.solvers.SolverBase):
 
     def write_prediction(self, state_out: newton.State, states: torch.Tensor, anchor: torch.Tensor | None,
                          groups: dict[str, torch.Tensor], targets: torch.Tensor) -> None:
-        """Integrate relative ``targets`` (N, P) from ``states`` (N, S) and write them to ``state_out``.
+        """Apply ``targets`` (N, P; relative or absolute, as the signature says) to ``states`` (N, S) and write the
+        next states to ``state_out``.
 
         ``groups`` are the step's token groups (their torques are checked with the prediction). On a non-finite
         prediction or torque (with the NaN check on) nothing is written.
         """
         with torch.inference_mode():
-            next_states = integrate_target(states, targets, anchor, self.signature.layout)
+            next_states = apply_targets(self.signature, states, targets, anchor)
         # One host synchronisation for both checks: the torques the step read and the states it predicted.
         # A robot without actuators (CubeToss) has no joint_acts group: an empty tensor is always finite.
         acts = groups.get("joint_acts", next_states[:, :0])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Literal
 
 from torch import nn
 
@@ -42,6 +43,21 @@ class ModelConfig:
     """Add a linear map from each (normalised) token to its prediction, beside the backbone (zero at start).
     Much of one frame's state change is linear in the current state (``Δq ≈ dt·q̇``); a linear path learns
     that part exactly and fast, leaving the backbone the nonlinear rest. Not in the paper: an option of ours."""
+    # The ablation study's options (paper, appendix "Ablation Study"); the defaults are NeRD. They are recorded in
+    # every checkpoint (here and in its robot signature) and honoured by training and inference alike.
+    input_frame: Literal["robot", "world"] = "robot"
+    """Frame of the state and contact inputs and of the target: ``robot`` NeRD's robot-centric frame, ``world`` the
+    world frame (no gravity-direction input: it would be constant). A robot kept in the world frame (Cartpole) is
+    unchanged by it."""
+    contact_inputs: bool = True
+    """Feed the contact quantities (normals, points, depths); false with ``input_frame: world`` is the paper's
+    end-to-end baseline (E2E): state and torques in, relative next state out."""
+    prediction: Literal["relative", "absolute"] = "relative"
+    """Predict the state change (``relative``, NeRD) or the next state itself (``absolute``), in the inputs' frame."""
+    normalize_inputs: bool = True
+    """Normalise every input group with its training-set statistics; false feeds raw values."""
+    normalize_outputs: bool = True
+    """Train on normalised targets (and de-normalise predictions); false regresses raw targets."""
 
 
 def build_backbone(cfg: ModelConfig, input_dim: int, output_dim: int) -> nn.Module:

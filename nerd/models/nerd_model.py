@@ -154,7 +154,8 @@ class NeRDModel(nn.Module):
     def update_statistics(self, inputs: Mapping[str, torch.Tensor], target: torch.Tensor) -> None:
         """Merge a batch of training data into the normalisation statistics.
 
-        Call this over the training set before training; the statistics are then kept fixed.
+        Call this over the training set before training; the statistics are then kept fixed. A model configured
+        without input (output) normalisation keeps the identity statistics for its inputs (target).
 
         Args:
             inputs: Group name -> raw values of shape ``(..., width)``.
@@ -162,9 +163,13 @@ class NeRDModel(nn.Module):
         """
         if target.ndim == 0 or target.shape[-1] != self.output_dim:
             raise ValueError(f"target must have shape (..., {self.output_dim}), got {tuple(target.shape)}")
+        # Without normalisation (ablation options) the statistics stay the identity, so that training, checkpoints
+        # and the integrator's per-token normalisation run one code path either way.
         for name, x in zip(self._input_groups, self._checked(inputs, sequence=False), strict=True):
-            self.input_norms[name].update(x)
-        self.target_norm.update(target)
+            if self.cfg.normalize_inputs:
+                self.input_norms[name].update(x)
+        if self.cfg.normalize_outputs:
+            self.target_norm.update(target)
 
     def forward(self, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Predict the normalised target at every time step.
