@@ -5,7 +5,7 @@ initial states (the vec env's reset stream is reseeded with ``seed`` before each
 mean ± std episode reward per simulator and the relative gap (neural − GT) / |GT| of the means, per policy and
 over all episodes of all policies pooled; it is printed and written as JSON and Markdown. Episodes that ended in
 a non-finite NeRD state are counted per cell (``num_diverged``, shown in the Markdown when not zero); a policy
-whose episodes all diverge fails the evaluation (:func:`nerd.rl.runner.evaluate_policy`).
+whose episodes all diverge fails the evaluation (:func:`nerd.rl.playback.evaluate_policy`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from nerd.config import to_dict
 from nerd.errors import UserError
 from nerd.modes import GROUND_TRUTH, NEURAL, EnvMode
 from nerd.rl.config import load_rl_config
-from nerd.rl.runner import evaluate_policy, load_policy
+from nerd.rl.playback import evaluate_policy
+from nerd.rl.policy import load_policy
 from nerd.rl.vec_env import check_env_config, make_vec_env
 from nerd.run_dir import write_text_atomic
 

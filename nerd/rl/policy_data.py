@@ -35,7 +35,7 @@ from nerd.generation import (
 )
 from nerd.modes import GROUND_TRUTH
 from nerd.rl.config import RLConfig
-from nerd.rl.runner import load_policy
+from nerd.rl.policy import load_policy
 from nerd.rl.tasks import task_class
 from nerd.rl.vec_env import make_vec_env
 

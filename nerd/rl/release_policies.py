@@ -41,7 +41,8 @@ def play_release_policy(task: str, checkpoint: str | Path, num_games: int, num_e
 
     ``episode_length`` shortens the task's episodes (tests); None keeps the task's (the paper's numbers)."""
     # The engine is imported here, so that the command line lists the robots and tasks without it.
-    from nerd.rl.runner import evaluate_policy, load_policy, load_rl_games_checkpoint
+    from nerd.rl.playback import evaluate_policy
+    from nerd.rl.policy import load_policy, load_rl_games_checkpoint
     from nerd.rl.vec_env import make_vec_env
 
     cfg = load_rl_config(Path(__file__).resolve().parents[2] / "cfg" / "rl" / robot / f"{task}.yaml")

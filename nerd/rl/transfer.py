@@ -3,7 +3,7 @@
 One YAML file (:class:`TransferConfig`, ``cfg/transfer/``) describes the whole loop of one task. Each round
 
 1. trains PPO in the current NeRD model(s) for ``epochs_per_round`` epochs, continuing the previous round's policy
-   (weights, normalisation, optimiser and epoch count: :func:`~nerd.rl.runner.train_policy`'s ``init_from``);
+   (weights, normalisation, optimiser and epoch count: :func:`~nerd.rl.train.train_policy`'s ``init_from``);
 2. with ``refine`` (ours), rolls that policy out in the ground truth, with its exploration noise, for at most
    ``refine.gt_fraction`` of the round's PPO env-steps (:mod:`nerd.rl.policy_data`);
 3. fine-tunes every NeRD model on its own data plus all the policy data gathered so far (``--init-from``), and the
@@ -39,7 +39,7 @@ from nerd.modes import GROUND_TRUTH, NEURAL
 from nerd.rl.batch_eval import PolicyEvalConfig, batch_evaluate, format_markdown, write_table
 from nerd.rl.config import RLConfig, load_rl_config, with_num_envs
 from nerd.rl.policy_data import collect_policy_data
-from nerd.rl.runner import train_policy
+from nerd.rl.train import train_policy
 from nerd.run_dir import ExclusiveLock, clear_run_dir, write_run_record, write_text_atomic
 from nerd.training import TrainConfig, train
 

@@ -25,7 +25,7 @@ from nerd.cli import add_common_args, check_report_outputs, make_parser, resolve
 from nerd.datasets.hdf5 import load_trajectories
 from nerd.errors import UserError
 from nerd.rl.config import RLConfig, load_rl_config, with_num_envs
-from nerd.rl.runner import load_policy
+from nerd.rl.policy import load_policy
 from nerd.rl.vec_env import NeRDVecEnv, make_vec_env
 
 THRESHOLDS = (0.5, 0.9)

@@ -82,7 +82,7 @@ def test_a_rollout_pushed_outside_is_counted_and_a_normal_one_is_not(dataset, tm
 
 def test_playback_counts_the_episodes_that_leave_the_data(tmp_path):
     from nerd.rl.config import load_rl_config, with_num_envs
-    from nerd.rl.runner import evaluate_policy, format_playback
+    from nerd.rl.playback import evaluate_policy, format_playback
     from nerd.rl.vec_env import make_vec_env
     from tests.scripts.test_entry_points import REPO
 

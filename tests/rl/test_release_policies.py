@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from nerd.rl.config import load_rl_config
-from nerd.rl.runner import load_policy, load_rl_games_checkpoint
+from nerd.rl.policy import load_policy, load_rl_games_checkpoint
 from nerd.rl.vec_env import make_vec_env
 from tests.scripts.test_entry_points import REPO, error_lines, run_script
 

@@ -17,7 +17,7 @@ from nerd.features import signature_of_env
 from nerd.models.nerd_model import NeRDModel
 from nerd.rl.batch_eval import PolicyEvalConfig
 from nerd.rl.config import RL_GAMES_CONFIG_KEYS, load_rl_config, resolve_params, with_num_envs
-from nerd.rl.runner import evaluate_policy, format_playback
+from nerd.rl.playback import evaluate_policy, format_playback
 from nerd.rl.tasks import task_class
 from nerd.rl.vec_env import make_vec_env
 from tests.nerd.test_integrator import TINY
@@ -316,7 +316,7 @@ def test_a_recurrent_policy_keeps_its_state_between_steps_and_resets_it_for_new_
     state every step); the policy carries one hidden state per env and zeroes it when episodes start."""
     from rl_games.torch_runner import Runner
 
-    from nerd.rl.runner import load_policy
+    from nerd.rl.policy import load_policy
 
     cfg = with_num_envs(load_rl_config(REPO / "cfg/rl/Franka/reach_torque_cpu.yaml", ["env.env_mode=ground-truth"]),
                         4)

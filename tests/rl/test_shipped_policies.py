@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from nerd.rl.config import load_rl_config, resolve_model_path, with_num_envs
-from nerd.rl.runner import load_policy
+from nerd.rl.policy import load_policy
 from nerd.rl.vec_env import check_env_config, make_vec_env
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,0 +1,159 @@
+"""PPO training with rl-games on a NeRDVecEnv.
+
+Training builds the rl-games agent from the resolved params (:func:`nerd.rl.config.resolve_params`) and
+lets it create the vec env through the rl-games registry. The run directory holds::
+
+    <logdir>/config.yaml          the resolved config (our env section + the rl-games params)
+    <logdir>/git.yaml             commit and status of the code
+    <logdir>/nn/<name>.pth        rl-games' best checkpoint (by mean training reward)
+    <logdir>/nn/last.pth          the final policy
+    <logdir>/summaries/           TensorBoard scalars written by rl-games (rewards/, losses/, performance/)
+    <logdir>/train_summary.json   mean episode reward and length after every epoch
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+import torch
+import yaml
+from rl_games.common.algo_observer import DefaultAlgoObserver
+
+from nerd.config import to_dict
+from nerd.distributed import rank_from_env
+from nerd.errors import RolloutDivergedError, UserError
+from nerd.rl.config import RUN_DIR_ENTRIES, RLConfig, resolve_params
+from nerd.rl.policy import load_rl_games_checkpoint, rl_games_quiet
+from nerd.rl.vec_env import check_env_config, register_with_rl_games
+from nerd.run_dir import new_run_dir, write_run_record, write_text_atomic
+
+
+class ProgressObserver(DefaultAlgoObserver):
+    """Records (and prints) the mean episode reward and length of the last 100 episodes after every epoch, and
+    counts the episodes that ended because the NeRD state diverged (``infos["diverged"]``).
+
+    Args:
+        progress: Print one line per epoch.
+        stream: Where to print (rl-games' own prints are silenced by redirecting ``sys.stdout``).
+    """
+
+    def __init__(self, progress: bool = True, stream: TextIO | None = None):
+        super().__init__()
+        self.progress = progress
+        self.stream = stream
+        self.history: list[dict[str, float]] = []
+        """One record per epoch that had finished episodes: epoch, frames (policy steps summed over the envs up to
+        the end of the epoch, rl-games' "frames"), seconds, mean reward and length."""
+        self.episodes = 0
+        """Episodes finished so far (all envs)."""
+        self.diverged = 0
+        """Of those, episodes ended by a non-finite NeRD state."""
+
+    def process_infos(self, infos: dict, done_indices: torch.Tensor) -> None:
+        super().process_infos(infos, done_indices)
+        if isinstance(infos, dict) and "diverged" in infos:
+            self.episodes += len(done_indices)
+            self.diverged += int(infos["diverged"].sum())
+
+    def after_print_stats(self, frame: int, epoch_num: int, total_time: float) -> None:
+        super().after_print_stats(frame, epoch_num, total_time)
+        algo = self.algo
+        if algo.game_rewards.current_size == 0:
+            return
+        # rl-games passes the frame count from before the epoch (0 after the first one); count the epoch's steps too.
+        steps = int(algo.frame) // max(int(algo.num_agents), 1)
+        record = {"epoch": int(epoch_num), "frames": steps, "seconds": float(total_time),
+                  "mean_episode_reward": float(algo.game_rewards.get_mean()[0]),
+                  "mean_episode_length": float(algo.game_lengths.get_mean()),
+                  "episodes": self.episodes, "diverged_episodes": self.diverged}
+        self.history.append(record)
+        if self.progress:
+            diverged = f", {self.diverged} of {self.episodes} episodes so far diverged" if self.diverged else ""
+            print(f"epoch {epoch_num}: mean episode reward {record['mean_episode_reward']:.2f}, "
+                  f"length {record['mean_episode_length']:.1f} ({steps:,} env steps, {total_time:.0f} s){diverged}",
+                  file=self.stream or sys.stdout, flush=True)
+
+
+def _seed_everything(seed: int) -> None:
+    # rl-games seeds only when the seed is truthy, so seed 0 would go unseeded.
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: int = 0,
+                 max_epochs: int | None = None, progress: bool = True, overwrite: bool = False,
+                 init_from: str | Path | None = None) -> dict[str, Any]:
+    """Train a PPO policy on ``cfg``'s task; returns a summary (checkpoint paths, per-epoch rewards, time).
+
+    ``init_from`` continues the training of an rl-games checkpoint of the same network in a new run directory:
+    its weights, input and value normalisation, optimiser, epoch and frame count are restored, so ``max_epochs``
+    counts the epochs of the whole training, the checkpoint's included (the transfer loop's rounds, each in
+    another NeRD model).
+
+    A previous run in ``logdir`` is refused unless ``overwrite``, and replaced only once the new run has
+    started (:func:`nerd.run_dir.new_run_dir`). rl-games' own prints are silenced (``NERD_VERBOSE_RL=1`` keeps
+    them); with ``progress``, one line per epoch is printed instead.
+
+    Raises:
+        RolloutDivergedError: If every training episode ended in a non-finite NeRD state (the run is kept).
+    """
+    from rl_games.torch_runner import Runner  # imported late: it changes torch's global print options
+
+    check_env_config(cfg.env)
+    # rl-games gets an absolute run directory; the files a run writes record the path as the user gave it, so
+    # that a run directory (or a shipped copy of its files) does not carry this machine's paths.
+    given = Path(logdir)
+    logdir = given.resolve()
+    params = resolve_params(cfg, device, seed, logdir, max_epochs)
+    if params["config"].get("max_epochs", -1) < 1 and params["config"].get("max_frames", -1) < 1:
+        raise UserError("set --max-epochs (or params.config.max_epochs) so that training ends")
+    stream = sys.stdout
+    # rl-games' multi-GPU runs (torchrun): rank 0 alone writes the run directory, as rl-games itself does.
+    main_rank = not params["config"].get("multi_gpu") or rank_from_env().is_main
+    run_dir = new_run_dir(logdir, RUN_DIR_ENTRIES, overwrite, "nn/*.pth") if main_rank else contextlib.nullcontext()
+    with run_dir:
+        resolved = {"env": to_dict(cfg.env), "params": copy.deepcopy(params)}
+        resolved["params"]["config"]["train_dir"] = str(given.parent)
+        if main_rank:
+            write_run_record(logdir, resolved)
+        register_with_rl_games()
+        _seed_everything(seed)
+        observer = ProgressObserver(progress and main_rank, stream)
+        with rl_games_quiet():
+            runner = Runner(algo_observer=observer)
+            runner.load({"params": params})
+            # The agent is built directly rather than through Runner.run(), which would torch.compile the model
+            # (minutes of compilation on a CPU) and gives no handle on the agent for the final save.
+            agent = runner.algo_factory.create(runner.algo_name, base_name="run", params=runner.params)
+            if init_from is not None:
+                agent.set_full_state_weights(load_rl_games_checkpoint(init_from, device), set_epoch=True)
+            if main_rank:
+                agent.writer.add_text("config", "```\n" + yaml.safe_dump(resolved, sort_keys=False) + "\n```")
+            started = time.perf_counter()
+            agent.train()
+            if not main_rank:
+                return {}
+            last = logdir / "nn" / "last"
+            agent.save(str(last))
+            agent.writer.flush()
+    best = logdir / "nn" / f"{params['config']['name']}.pth"
+    summary = {"logdir": str(given), "last_checkpoint": str(given / "nn" / "last.pth"),
+               "best_checkpoint": str(given / best.relative_to(logdir)) if best.is_file() else None,
+               "train_seconds": time.perf_counter() - started, "episodes": observer.episodes,
+               "diverged_episodes": observer.diverged, "epochs": observer.history}
+    write_text_atomic(logdir / "train_summary.json", json.dumps(summary, indent=2))
+    if observer.episodes and observer.diverged == observer.episodes:
+        raise RolloutDivergedError(f"every one of the {observer.episodes} training episodes diverged (non-finite "
+                                   f"NeRD states), so the policy in {logdir} learned nothing; check the NeRD model")
+    return summary
+
+
