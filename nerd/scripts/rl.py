@@ -107,7 +107,8 @@ def main(argv: list[str] | None = None) -> None:
     # The engine is imported after the checks above, so that --help and input errors come at once.
     device = resolve_device(args.device)
     quiet_warp()
-    from nerd.rl.runner import format_playback, play_policy, show_policy, train_policy
+    from nerd.rl.playback import format_playback, play_policy, show_policy
+    from nerd.rl.train import train_policy
 
     if viewing:
         shown = show_policy(cfg, args.playback, device, args.seed, viewer=args.viewer, output_path=args.output_path,
