@@ -1,0 +1,107 @@
+"""studies/ablation/ablation.py: the whole ablation study from a spec at a tiny size (tiny datasets made here, about
+a second of training per variant, a few rollouts and episodes), its outputs, and that it resumes without redoing
+finished work."""
+
+import json
+
+import pytest
+import torch
+import yaml
+
+from nerd.checkpoint import load_checkpoint
+from nerd.generation import GenerationConfig, generate_dataset
+from tests.scripts.test_entry_points import REPO, error_lines, run_script
+
+SCRIPT = "studies/ablation/ablation.py"
+TINY = ["num_epochs=2", "batches_per_epoch=3", "batch_size=16", "valid_batches=1", "rollout_eval.num_envs=2",
+        "rollout_eval.horizon=5", "model.transformer.n_layer=1", "model.transformer.n_head=2",
+        "model.transformer.n_embd=16", "model.transformer.head_hidden=[16]"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """Tiny pendulum and Ant datasets (train, valid) of 20-step trajectories."""
+    root = tmp_path_factory.mktemp("data")
+    paths = {}
+    for robot, n in (("PendulumWithContact", 400), ("Ant", 200)):
+        for split, seed in (("train", 0), ("valid", 1)):
+            path = root / robot / f"{split}.hdf5"
+            generate_dataset(GenerationConfig(robot, n, trajectory_length=20, num_envs=10, seed=seed), path,
+                             progress=False)
+            paths[robot, split] = str(path)
+    return paths
+
+
+def spec(data, budget: float = 0.01) -> dict:
+    """A spec with both cases, three variants and the shipped Ant run policies, all at a tiny size."""
+    policies = [{"rl_cfg": str(REPO / "pretrained_models/RL_policies/Ant/config.yaml"),
+                 "checkpoint": str(REPO / "pretrained_models/RL_policies/Ant/run_neural_seed0.pth")},
+                {"rl_cfg": str(REPO / "pretrained_models/RL_policies/Ant/run_refined/config.yaml"),
+                 "checkpoint": str(REPO / "pretrained_models/RL_policies/Ant/run_refined/run_refined_seed0.pth")}]
+    return {
+        "budget_minutes": budget, "seed": 0, "reference": "nerd", "overrides": TINY,
+        "pendulum": {"base_cfg": str(REPO / "cfg/train/PendulumWithContact/cpu.yaml"),
+                     "data": {"train": data["PendulumWithContact", "train"],
+                              "valid": data["PendulumWithContact", "valid"]},
+                     "rollouts": 4, "num_envs": 4, "horizon": 5},
+        "ant": {"base_cfg": str(REPO / "cfg/train/Ant/cpu.yaml"), "overrides": ["model.linear_skip=false"],
+                "data": {"train": data["Ant", "train"], "valid": data["Ant", "valid"]},
+                "policies": policies, "num_games": 2, "num_envs": 2, "episode_length": 5},
+        "variants": {"nerd": [], "e2e": ["model.input_frame=world", "model.contact_inputs=false"],
+                     "absolute": ["model.prediction=absolute"]},
+        "paper": {"nerd": [1.0, 1.0], "e2e": [56.1, 19.8], "absolute": [26.8, 5.4]},
+    }
+
+
+def run(tmp_path, study, monkeypatch, capsys, *extra):
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(study))
+    return run_script(SCRIPT, "--spec", str(tmp_path / "spec.yaml"), "--logdir", str(tmp_path / "runs"),
+                      "--no-progress", *extra, monkeypatch=monkeypatch, capsys=capsys)
+
+
+def test_the_study_runs_end_to_end_and_resumes(data, tmp_path, monkeypatch, capsys):
+    """Every variant is trained in both cases with its options, both cases are scored relative to NeRD, the JSON,
+    Markdown and figure are written; a second run trains and evaluates nothing again."""
+    torch_threads = torch.get_num_threads()
+    code, out, err = run(tmp_path, spec(data), monkeypatch, capsys)
+    torch.set_num_threads(torch_threads)
+    assert code == 0, error_lines(err) or err[-3000:]
+    runs = tmp_path / "runs"
+    record = json.loads((runs / "ablation.json").read_text())
+    for case in ("pendulum", "ant"):
+        assert record["ratios"][case]["nerd"] == pytest.approx(1.0)
+        for variant in ("e2e", "absolute"):
+            assert record["ratios"][case][variant] > 0
+    _, sig, _ = load_checkpoint(runs / "ant" / "e2e" / "nn" / "last.pt")
+    assert (sig.input_frame, sig.contact_inputs) == ("world", False) and "contact_depths" not in sig.input_groups
+    _, sig, _ = load_checkpoint(runs / "pendulum" / "absolute" / "nn" / "last.pt")
+    assert sig.prediction == "absolute"
+    assert len(record["results"]["ant"]["absolute"]["reward_gaps"]) == 2
+    assert (runs / "ant" / "ground_truth.json").is_file()
+    assert (runs / "ablation.png").stat().st_size > 0
+    assert "| e2e |" in (runs / "ablation.md").read_text() and "56.10" in out
+    stamps = {p: p.stat().st_mtime_ns for p in runs.rglob("*.pt")}
+
+    code, out, err = run(tmp_path, spec(data), monkeypatch, capsys)
+    torch.set_num_threads(torch_threads)
+    assert code == 0, error_lines(err) or err[-3000:]
+    assert out.count("not trained again") == 6 and out.count("not rerun") == 6
+    assert {p: p.stat().st_mtime_ns for p in runs.rglob("*.pt")} == stamps
+
+    # A changed variant is not mixed into the study's old runs.
+    changed = spec(data)
+    changed["variants"]["absolute"] = ["model.prediction=absolute", "history_length=2"]
+    code, _, err = run(tmp_path, changed, monkeypatch, capsys, "--only", "absolute", "--cases", "pendulum")
+    assert code == 1 and "history_length" in "".join(error_lines(err))
+
+
+def test_a_bad_spec_names_its_key(tmp_path, monkeypatch, capsys):
+    """An unknown key, a reference that is not a variant and an unknown variant are one-line errors."""
+    base = {"budget_minutes": 1, "variants": {"nerd": []},
+            "pendulum": {"base_cfg": "cfg/train/PendulumWithContact/cpu.yaml", "data": {"train": "a", "valid": "b"}}}
+    for bad, expected in (({**base, "budgett": 2}, "budgett"), ({**base, "reference": "x"}, "reference"),
+                          ({**base, "paper": {"nerd": [1.0]}}, "paper.nerd")):
+        code, _, err = run(tmp_path, bad, monkeypatch, capsys)
+        assert code == 1 and expected in "".join(error_lines(err)), err
+    code, _, err = run(tmp_path, base, monkeypatch, capsys, "--only", "mlp")
+    assert code == 1 and "unknown variant" in "".join(error_lines(err))
