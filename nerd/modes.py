@@ -31,6 +31,10 @@ slowly into it (robots with such a sampler: Cartpole's rail)."""
 ENV_NAMES = ("Cartpole", "PendulumWithContact", "Ant", "Anymal", "Franka", "CubeToss")
 """Every robot, by the name :func:`nerd.envs.env_class` builds it under."""
 
+SOLVERS = ("featherstone", "xpbd", "mujoco")
+"""Ground-truth solvers by name. Featherstone is the paper's ground truth and the default; ``xpbd`` is experimental
+(validated on the Cartpole only); ``mujoco`` needs the MuJoCo Warp backend, which this project does not install."""
+
 MASS_MATRIX_REFRESH = ("frame", "substep")
 """When Featherstone rebuilds (and factorises) the joint-space mass matrix: ``"frame"`` once per frame, at its
 first substep, as the release did (its base environment set ``update_mass_matrix_every = sim_substeps``; the
@@ -57,4 +61,4 @@ def check_env_name(name: str) -> str:
 
 
 __all__ = ["CONTACT_FRICTION", "ENV_MODES", "ENV_NAMES", "GROUND_TRUTH", "INITIAL_STATES", "MASS_MATRIX_REFRESH",
-           "NEURAL", "TORQUE_SCALES", "EnvMode", "InitialStates", "check_env_name"]
+           "NEURAL", "SOLVERS", "TORQUE_SCALES", "EnvMode", "InitialStates", "check_env_name"]

@@ -46,9 +46,9 @@ def make_env(name: str, num_envs: int, device: str = "cpu", solver: str | None =
         contact_config: Ground configuration id for robots that define several (the pendulum);
             None keeps the default ground, the plane z = 0.
         mass_matrix_refresh: Featherstone's mass-matrix refresh, ``"frame"`` (the release's) or ``"substep"``;
-            None keeps the robot's default (see :data:`nerd.envs.environment.MASS_MATRIX_REFRESH`).
+            None keeps the robot's default (see :data:`nerd.modes.MASS_MATRIX_REFRESH`).
         contact_friction: Ground-contact friction law, ``"coulomb"`` (Newton's) or ``"huber"`` (warp.sim's);
-            None keeps the robot's default (see :data:`nerd.envs.environment.CONTACT_FRICTION`).
+            None keeps the robot's default (see :data:`nerd.modes.CONTACT_FRICTION`).
         robot_variant: One of the robot's :attr:`~nerd.envs.environment.Environment.robot_variants` (``Anymal``:
             ``"physical"`` or ``"release"``; ``CubeToss``: ``"sim"`` or ``"real"``); None keeps the robot's default.
             A robot without variants refuses one.

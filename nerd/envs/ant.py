@@ -13,7 +13,7 @@ file a 0.91 kg ant):
 Inertias are those of these shapes at these densities (Newton integrates them). Legs lie in the torso's
 local xy plane along the diagonals; hips turn about z (+-0.698 rad), ankles about the horizontal axis
 perpendicular to the leg. Contact friction is Newton's Coulomb law (``contact_friction``, see
-:data:`nerd.envs.environment.CONTACT_FRICTION`: the release's policies score the paper's rewards with it, not with
+:data:`nerd.modes.CONTACT_FRICTION`: the release's policies score the paper's rewards with it, not with
 warp.sim's Huber-smoothed law).
 
 Distributions: data generation starts from :meth:`Ant.sample_initial_states`; the task reset (RL

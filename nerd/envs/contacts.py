@@ -13,7 +13,7 @@ the datasets and the neural model see exactly the same contacts.
 
 The ground truth's spring-damper contact model re-evaluates penetration from the body pose at every substep;
 for a plane, the closest point and normal found once per frame stay exact over the frame. Its friction law is
-the environment's ``contact_friction`` (:data:`nerd.envs.environment.CONTACT_FRICTION`): ``"coulomb"`` hands the
+the environment's ``contact_friction`` (:data:`nerd.modes.CONTACT_FRICTION`): ``"coulomb"`` hands the
 contact set to the solver (Newton's law); ``"huber"`` evaluates :func:`eval_ground_contact_forces` (warp.sim's
 Huber-smoothed law) into ``state.body_f`` at every substep and hands the solver no contacts.
 """

@@ -23,28 +23,10 @@ import torch
 import warp as wp
 
 from nerd.envs.contacts import GroundContacts
+from nerd.envs.interop import torch_waits_for_warp, warp_waits_for_torch
+from nerd.envs.solvers import MAXIMAL_COORDINATE_SOLVERS, SOLVERS, make_solver
 from nerd.errors import RolloutDivergedError, UserError
 from nerd.modes import CONTACT_FRICTION, MASS_MATRIX_REFRESH
-
-SOLVERS = ("featherstone", "xpbd", "mujoco")
-"""Ground-truth solvers by name. Featherstone is the paper's ground truth and the default."""
-
-# MASS_MATRIX_REFRESH and CONTACT_FRICTION are spelled (and documented) in nerd.modes, which the command lines import
-# without the engine.
-
-
-def make_solver(name: str, model: newton.Model, sim_substeps: int, mass_matrix_refresh: str
-                ) -> newton.solvers.SolverBase:
-    """Build ground-truth solver ``name`` for ``model``; ``mass_matrix_refresh`` applies to Featherstone only."""
-    if name == "featherstone":
-        interval = sim_substeps if mass_matrix_refresh == "frame" else 1
-        return newton.solvers.SolverFeatherstone(model, update_mass_matrix_interval=interval)
-    if name == "xpbd":
-        return newton.solvers.SolverXPBD(model)
-    return newton.solvers.SolverMuJoCo(model)
-
-# Solvers that integrate maximal coordinates (body_q/body_qd) and leave joint_q/joint_qd stale.
-_MAXIMAL_COORDINATE_SOLVERS = ("xpbd",)
 
 
 class Environment:
@@ -67,6 +49,7 @@ class Environment:
             refuses one.
     """
 
+    # Every user: the robot, its timing, the frame of its model inputs, its solver and variants.
     name: ClassVar[str] = ""
     frame_dt: ClassVar[float] = 1.0 / 60.0
     """Duration of one frame [s]; one NeRD prediction covers one frame."""
@@ -100,6 +83,8 @@ class Environment:
     (CubeToss): the variants are the same robot (same state, same contact candidates) under different physics, so
     a sim-trained model may be fine-tuned on, or evaluated against, "real" data; the signature still records the
     variant each file was made with."""
+
+    # Read by data generation alone (nerd.generation): how random data is drawn.
     random_control: ClassVar[str] = "torques"
     """What data generation draws each frame: ``"torques"`` (:meth:`sample_random_torques`, white noise applied
     directly) or ``"actions"`` (:meth:`sample_random_actions` through the robot's controller, after
@@ -110,6 +95,8 @@ class Environment:
     ground_plane_rules: ClassVar[tuple[str, ...]] = ()
     """Robots whose data is generated on a random ground plane per trajectory (the pendulum): the names of the rules
     their ``sample_ground_planes`` accepts, the default first (empty: no random planes)."""
+
+    # Read by the model features alone (nerd.features), our options: what a model may read beyond the release's inputs.
     joint_limits: ClassVar[tuple[tuple[int, float, float], ...]] = ()
     """``(joint_q index, lower, upper)`` of the joint limits a model trained with ``joint_limit_inputs`` (our option)
     reads, as built into the robot (a test checks them against the model); empty: the option is refused."""
@@ -117,6 +104,8 @@ class Environment:
     """A reflection that maps the robot's dynamics onto themselves (our option ``mirror``): the sign (+1 or -1) of
     each joint DoF's coordinate, rate and torque under it, for fixed-base world-frame robots without contacts;
     empty: the robot declares none (``mirror`` is refused). A test checks it against the ground truth."""
+
+    # Read by passive evaluation alone (nerd.evaluation).
     passive_metrics: ClassVar[dict[str, tuple[str, tuple[int, ...]]]] = {}
     """Passive-motion metrics: name -> (kind, joint_q indices). Kinds: ``"abs"`` mean |dq| over the
     indices (wrapped for continuous joints), ``"position"`` base position distance, ``"orientation"`` base
@@ -476,7 +465,7 @@ class Environment:
         # state_0 always holds the current state, so the captured graph can be replayed as is.
         if self.sim_substeps % 2 == 1:
             self.state_0.assign(self.state_1)
-        if self.solver_name in _MAXIMAL_COORDINATE_SOLVERS:
+        if self.solver_name in MAXIMAL_COORDINATE_SOLVERS:
             newton.eval_ik(self.model, self.state_0, self.state_0.joint_q, self.state_0.joint_qd)
         self.refresh_contacts()
 
@@ -494,18 +483,6 @@ class Environment:
         """Make torch's writes to shared arrays visible to the next Warp launch: a device-side stream wait on a
         GPU (a no-op on the CPU)."""
         warp_waits_for_torch(self.device)
-
-
-def torch_waits_for_warp(device: wp.Device) -> None:
-    """On a GPU, make torch's current stream wait for the Warp launches issued so far (no host synchronisation)."""
-    if device.is_cuda:
-        wp.stream_from_torch(torch.cuda.current_stream(wp.device_to_torch(device))).wait_stream(wp.get_stream(device))
-
-
-def warp_waits_for_torch(device: wp.Device) -> None:
-    """On a GPU, make Warp's stream wait for torch's work issued so far (no host synchronisation)."""
-    if device.is_cuda:
-        wp.get_stream(device).wait_stream(wp.stream_from_torch(torch.cuda.current_stream(wp.device_to_torch(device))))
 
 
 def uniform(low: Sequence[float] | float, high: Sequence[float] | float, n: int, generator: torch.Generator

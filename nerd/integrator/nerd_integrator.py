@@ -33,7 +33,7 @@ import torch
 import warp as wp
 
 from nerd.envs.contacts import contact_features
-from nerd.envs.environment import torch_waits_for_warp, warp_waits_for_torch
+from nerd.envs.interop import torch_waits_for_warp, warp_waits_for_torch
 from nerd.errors import RolloutDivergedError, UserError
 from nerd.features import MODEL_OPTIONS, RobotSignature, apply_targets, build_inputs, mirror_sign_tensors
 from nerd.models.nerd_model import NeRDModel

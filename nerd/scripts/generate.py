@@ -26,7 +26,7 @@ from nerd.cli import (
 )
 from nerd.distributed import device_for_rank, rank_from_env
 from nerd.errors import UserError
-from nerd.modes import ENV_NAMES, INITIAL_STATES, TORQUE_SCALES, check_env_name
+from nerd.modes import ENV_NAMES, INITIAL_STATES, SOLVERS, TORQUE_SCALES, check_env_name
 
 SHARD_SEED_STRIDE = 1_000_003
 """Under torchrun rank r generates with seed ``--seed + r * SHARD_SEED_STRIDE`` (distinct streams per part)."""
@@ -43,7 +43,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dataset-name", required=True, help="file name; '.hdf5' is added if it has no suffix")
     parser.add_argument("--passive", action="store_true", help="zero torques instead of random ones")
     parser.add_argument("--contact-config", type=int, default=None, help="fixed pendulum ground configuration (0-6)")
-    parser.add_argument("--solver", default=None, help="ground-truth solver (default: featherstone)")
+    parser.add_argument("--solver", default=None, choices=SOLVERS,
+                        help="ground-truth solver (default: featherstone, the paper's; xpbd is experimental, "
+                        "validated on the Cartpole only; mujoco needs the MuJoCo Warp backend)")
     add_mass_matrix_refresh_arg(parser)
     add_robot_variant_arg(parser)
     add_control_mode_arg(parser)
