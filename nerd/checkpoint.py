@@ -173,11 +173,12 @@ def average_checkpoints(paths: Sequence[str | Path], device: str | torch.device 
     total = {name: first[name].double() for name in learned}
     _check_finite_weights(paths[0], first, learned)
     for path in paths[1:]:
-        _, other_signature, other = load_checkpoint(path, device)
+        other_model, other_signature, other = load_checkpoint(path, device)
         _check_finite_weights(path, other["model_state"], learned)
         if other_signature != signature:
             raise UserError(f"{path} is for another robot or state layout than {paths[0]}; cannot average them")
-        if other["model_config"] != payload["model_config"] or other["history_length"] != payload["history_length"]:
+        # Compared as loaded (defaults filled in): a file written before a config key existed means its default.
+        if to_dict(other_model.cfg) != to_dict(model.cfg) or other["history_length"] != payload["history_length"]:
             raise UserError(f"{path} has another model config or history length than {paths[0]}; "
                             f"cannot average them")
         for name, value in other["model_state"].items():
