@@ -14,7 +14,7 @@ from nerd.generation import GenerationConfig, generate_dataset
 from nerd.models.nerd_model import NeRDModel
 from nerd.neural_environment import NeuralEnvironment
 from nerd.training import TrainConfig, train
-from tests.nerd.test_integrator import TINY
+from tests.helpers import TINY
 
 TINY_MODEL = {"type": "transformer",
               "transformer": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "head_hidden": [16]}}
@@ -84,7 +84,7 @@ def test_playback_counts_the_episodes_that_leave_the_data(tmp_path):
     from nerd.rl.config import load_rl_config, with_num_envs
     from nerd.rl.playback import evaluate_policy, format_playback
     from nerd.rl.vec_env import make_vec_env
-    from tests.scripts.test_entry_points import REPO
+    from tests.helpers import REPO
 
     cfg = with_num_envs(load_rl_config(REPO / "cfg/rl/Cartpole/swingup_cpu.yaml", ["env.episode_length=5"]), 4)
     zero = lambda obs: torch.zeros(len(obs), 1)  # noqa: E731

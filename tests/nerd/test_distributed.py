@@ -9,8 +9,8 @@ import torch
 import yaml
 
 from nerd.datasets.windows import TrajectoryWindows
+from tests.helpers import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 TINY_CFG = {
     "env_name": "Cartpole",
     "model": {"type": "transformer",

@@ -7,20 +7,9 @@ from nerd.datasets.windows import TrajectoryWindows
 from nerd.envs import make_env
 from nerd.features import build_inputs, build_targets, signature_of_env
 from nerd.generation import GenerationConfig, generate_dataset
-from nerd.models import ModelConfig
 from nerd.models.nerd_model import NeRDModel
-from nerd.models.transformer import TransformerConfig
 from nerd.neural_environment import NeuralEnvironment
-
-TINY = ModelConfig(type="transformer",
-                   transformer=TransformerConfig(n_layer=1, n_head=2, n_embd=16, block_size=16, head_hidden=[16]))
-
-
-def tiny_neural_env(name: str, num_envs: int, env_mode: str = "neural", **kwargs) -> NeuralEnvironment:
-    """A NeuralEnvironment with an untrained tiny model (unit statistics)."""
-    env = make_env(name, num_envs, **kwargs)
-    sig = signature_of_env(env)
-    return NeuralEnvironment(env, NeRDModel(sig.input_groups, sig.target_dim, TINY), env_mode)
+from tests.helpers import TINY, tiny_neural_env
 
 
 @pytest.mark.parametrize("name", ["Cartpole", "PendulumWithContact", "Ant", "CubeToss"])

@@ -21,8 +21,7 @@ from nerd.generation import GenerationConfig, generate_dataset
 from nerd.models.transformer import TransformerConfig
 from nerd.run_dir import write_text_atomic
 from nerd.training import TrainConfig
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers import REPO
 
 
 def test_second_writer_of_the_same_output_fails_without_harming_the_first(tmp_path):

@@ -18,7 +18,6 @@ from nerd.checkpoint import SHIPPED_MODELS, read_checkpoint
 from nerd.evaluation import evaluate_passive
 from nerd.modes import NEURAL
 
-REPO = Path(__file__).resolve().parents[2]
 MODELS = SHIPPED_MODELS
 # One folder per robot (its default model), and folders within it for a robot's other models (e.g. Ant/saturating_held).
 SHIPPED = sorted(p.parent for p in MODELS.rglob("model.pt"))

@@ -12,8 +12,7 @@ from nerd.envs import make_env
 from nerd.features import signature_of_env
 from nerd.models.nerd_model import NeRDModel
 from nerd.viewer import GROUND_TRUTH_COLOR, NERD_COLOR, RobotView, VideoWriter, make_offscreen_viewer
-from tests.nerd.test_integrator import TINY
-from tests.scripts.test_entry_points import error_lines, run_script
+from tests.helpers import TINY, error_lines, run_script
 
 # Off-screen rendering goes through EGL (Mesa's software rasteriser without a GPU); without libEGL there is
 # no off-screen route at all, so these tests cannot run.

@@ -1,31 +1,12 @@
 """Command-line entry points: a generate -> train -> evaluate smoke run, and one-line errors for bad input."""
 
 import json
-import runpy
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def run_script(script: str, *args: str, monkeypatch, capsys) -> tuple[int, str, str]:
-    """Run an entry point in-process; returns (exit code, stdout, stderr)."""
-    monkeypatch.setattr(sys, "argv", [script, *args])
-    code = 0
-    try:
-        runpy.run_path(str(REPO / script), run_name="__main__")
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def error_lines(stderr: str) -> list[str]:
-    """Lines of stderr that are not Warp's start-up banner or kernel-cache notices."""
-    return [line for line in stderr.splitlines() if line.startswith("error:")]
+from tests.helpers import REPO, error_lines, run_script
 
 
 def test_generate_train_evaluate_from_another_directory(tmp_path):

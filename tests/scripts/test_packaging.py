@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.scripts.test_entry_points import REPO
+from tests.helpers import REPO
 
 CONSOLE_SCRIPTS = {
     "nerd-generate": "generate/generate_dataset.py",

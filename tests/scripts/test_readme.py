@@ -13,7 +13,7 @@ import shlex
 
 import pytest
 
-from tests.scripts.test_entry_points import REPO, run_script
+from tests.helpers import REPO, run_script
 
 # Flag -> reduced value, wherever the flag appears.
 SIZES = {"--num-transitions": "2000", "--num-envs": "8", "--num-rollouts": "4", "--rollout-horizon": "5",

@@ -5,7 +5,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from tests.scripts.test_entry_points import REPO
+from tests.helpers import REPO
 
 # Assembled from parts so that this file does not match itself.
 FORBIDDEN = re.compile("|".join([

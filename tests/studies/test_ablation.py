@@ -10,7 +10,7 @@ import yaml
 
 from nerd.checkpoint import load_checkpoint
 from nerd.generation import GenerationConfig, generate_dataset
-from tests.scripts.test_entry_points import REPO, error_lines, run_script
+from tests.helpers import REPO, error_lines, run_script
 
 SCRIPT = "studies/ablation/ablation.py"
 TINY = ["num_epochs=2", "batches_per_epoch=3", "batch_size=16", "valid_batches=1", "rollout_eval.num_envs=2",

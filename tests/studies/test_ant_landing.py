@@ -8,7 +8,7 @@ import runpy
 import torch
 
 from nerd.frames import quat_from_axis_angle
-from tests.scripts.test_entry_points import REPO, run_script
+from tests.helpers import REPO, run_script
 
 SCRIPT = "studies/ant_landing/ant_landing.py"
 MODEL = str(REPO / "pretrained_models/NeRD_models/Ant/model.pt")

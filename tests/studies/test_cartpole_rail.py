@@ -11,7 +11,7 @@ import torch
 from nerd.checkpoint import load_checkpoint, save_checkpoint
 from nerd.features import robot_joint_limits
 from nerd.models.nerd_model import NeRDModel
-from tests.scripts.test_entry_points import REPO
+from tests.helpers import REPO
 
 
 def load_script():

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.scripts.test_entry_points import error_lines, run_script
+from tests.helpers import error_lines, run_script
 
 SCRIPT = "studies/compute_curve/compute_curve.py"
 
@@ -98,7 +98,7 @@ def test_a_fit_is_drawn_towards_its_target_only_where_it_falls_to_it():
     at its last point, so that it cannot stretch the plot over orders of magnitude of error."""
     import runpy
 
-    from tests.scripts.test_entry_points import REPO
+    from tests.helpers import REPO
 
     fit_span = runpy.run_path(str(REPO / SCRIPT))["fit_span"]
     falling = {"from_windows": 1e6, "windows_to_target": 5e8}

@@ -7,7 +7,7 @@ import h5py
 import numpy as np
 
 from nerd.generation import GenerationConfig, generate_dataset
-from tests.scripts.test_entry_points import REPO, error_lines, run_script
+from tests.helpers import REPO, error_lines, run_script
 
 SCRIPT = "studies/torque_usage/torque_usage.py"
 RL_CFG = str(REPO / "cfg/rl/Cartpole/swingup_cpu.yaml")

@@ -137,7 +137,7 @@ def test_a_model_of_the_other_variant_is_refused(tmp_path):
     from nerd.features import signature_of_env
     from nerd.models.nerd_model import NeRDModel
     from nerd.neural_environment import NeuralEnvironment
-    from tests.nerd.test_integrator import TINY
+    from tests.helpers import TINY
 
     release_env = make_env("Anymal", 1, robot_variant="release", use_graph=False)
     sig = signature_of_env(release_env)

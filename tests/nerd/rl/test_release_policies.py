@@ -14,7 +14,7 @@ import torch
 from nerd.rl.config import load_rl_config
 from nerd.rl.policy import load_policy, load_rl_games_checkpoint
 from nerd.rl.vec_env import make_vec_env
-from tests.scripts.test_entry_points import REPO, error_lines, run_script
+from tests.helpers import REPO, error_lines, run_script
 
 RELEASE_DIR = REPO.parent / "shared" / "release_policies"
 pytestmark = pytest.mark.skipif(not RELEASE_DIR.is_dir(), reason=f"release policies not found at {RELEASE_DIR}")

@@ -3,7 +3,6 @@
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -11,8 +10,8 @@ import torch
 from nerd.rl.config import load_rl_config, resolve_model_path, with_num_envs
 from nerd.rl.policy import load_policy
 from nerd.rl.vec_env import check_env_config, make_vec_env
+from tests.helpers import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 POLICIES = sorted((REPO / "pretrained_models/RL_policies").glob("*/*.pth"))
 
 

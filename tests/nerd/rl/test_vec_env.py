@@ -7,7 +7,7 @@ from rl_games.common import vecenv
 from nerd.rl.config import RLEnvConfig
 from nerd.rl.tasks import make_task
 from nerd.rl.vec_env import NeRDVecEnv, make_vec_env, register_with_rl_games
-from tests.nerd.test_integrator import tiny_neural_env
+from tests.helpers import tiny_neural_env
 
 
 def tiny_vec_env(robot: str, task: str, num_envs: int, env_mode: str = "neural", **kwargs) -> NeRDVecEnv:

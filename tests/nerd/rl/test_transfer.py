@@ -25,8 +25,7 @@ from nerd.rl.policy_data import collect_policy_data
 from nerd.rl.train import train_policy
 from nerd.rl.transfer import TransferConfig, run_transfer_loop
 from nerd.rl.vec_env import make_vec_env
-from tests.nerd.test_integrator import TINY
-from tests.scripts.test_entry_points import REPO
+from tests.helpers import REPO, TINY
 
 CARTPOLE_CFG = str(REPO / "cfg/rl/Cartpole/swingup_cpu.yaml")
 TINY_MODEL = {"type": "transformer",

@@ -20,8 +20,7 @@ from nerd.rl.config import RL_GAMES_CONFIG_KEYS, load_rl_config, resolve_params,
 from nerd.rl.playback import evaluate_policy, format_playback
 from nerd.rl.tasks import task_class
 from nerd.rl.vec_env import make_vec_env
-from tests.nerd.test_integrator import TINY
-from tests.scripts.test_entry_points import REPO, error_lines, run_script
+from tests.helpers import REPO, TINY, error_lines, run_script
 
 CARTPOLE_CFG = str(REPO / "cfg/rl/Cartpole/swingup_cpu.yaml")
 # A tiny PPO update: 8 envs x 32 steps per epoch, the config's 8 minibatches of 32, 2 mini-epochs.

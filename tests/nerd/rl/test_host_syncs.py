@@ -22,8 +22,8 @@ from nerd.modes import NEURAL
 from nerd.neural_environment import NeuralEnvironment
 from nerd.rl.tasks import make_task
 from nerd.rl.vec_env import NeRDVecEnv
+from tests.helpers import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 TASKS = {"Cartpole": "swingup", "Ant": "run", "Franka": "reach", "Anymal": "forward_walk"}
 
 
