@@ -114,6 +114,13 @@ def _check_states(states: Tensor, layout: StateLayout, name: str = "states") -> 
 
 
 @functools.lru_cache(maxsize=64)
+def _check_target(target: Tensor, layout: StateLayout) -> None:
+    if target.shape[-1] != target_dim(layout):
+        raise ValueError(
+            f"target has last dimension {target.shape[-1]}, but the layout's target_dim is {target_dim(layout)}."
+        )
+
+
 def _index_mask(indices: tuple[int, ...], width: int, device: torch.device) -> Tensor:
     """(width,) bool mask that is True at ``indices``; cached, since rollouts ask for the same one every step."""
     mask = torch.zeros(width, dtype=torch.bool, device=device)
@@ -305,10 +312,7 @@ def integrate_target(states_t: Tensor, target: Tensor, anchor_t: Tensor | None, 
     Returns:
         ``(..., dof_q + dof_qd)`` world-frame states at step t + 1.
     """
-    if target.shape[-1] != target_dim(layout):
-        raise ValueError(
-            f"target has last dimension {target.shape[-1]}, but the layout's target_dim is {target_dim(layout)}."
-        )
+    _check_target(target, layout)
     s_b = states_to_anchor_frame(states_t, anchor_t, layout)
     if not layout.floating_base:
         s1 = states_from_anchor_frame(s_b + target, anchor_t, layout)
@@ -379,10 +383,7 @@ def integrate_absolute_target(states_t: Tensor, target: Tensor, anchor_t: Tensor
     Returns:
         ``(..., dof_q + dof_qd)`` world-frame states at step t + 1.
     """
-    if target.shape[-1] != target_dim(layout):
-        raise ValueError(
-            f"target has last dimension {target.shape[-1]}, but the layout's target_dim is {target_dim(layout)}."
-        )
+    _check_target(target, layout)
     if layout.floating_base:
         target = torch.cat((target[..., :3], quat_normalize(target[..., 3:7]), target[..., 7:]), dim=-1)
     s1 = states_from_anchor_frame(target, anchor_t, layout)
