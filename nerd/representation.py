@@ -113,7 +113,6 @@ def _check_states(states: Tensor, layout: StateLayout, name: str = "states") -> 
         )
 
 
-@functools.lru_cache(maxsize=64)
 def _check_target(target: Tensor, layout: StateLayout) -> None:
     if target.shape[-1] != target_dim(layout):
         raise ValueError(
@@ -121,6 +120,7 @@ def _check_target(target: Tensor, layout: StateLayout) -> None:
         )
 
 
+@functools.lru_cache(maxsize=64)
 def _index_mask(indices: tuple[int, ...], width: int, device: torch.device) -> Tensor:
     """(width,) bool mask that is True at ``indices``; cached, since rollouts ask for the same one every step."""
     mask = torch.zeros(width, dtype=torch.bool, device=device)
