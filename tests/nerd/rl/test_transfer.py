@@ -258,3 +258,21 @@ def test_calibration_measures_the_ensemble_against_the_true_error(tiny, tmp_path
     assert one["mean_error"] == same["mean_error"] and "mean_disagreement" not in one
     with pytest.raises(UserError, match="at least one model"):
         ensemble_calibration([], tmp_path / "d.hdf5")
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "cfg/transfer").glob("*/*.yaml")),
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_shipped_transfer_configs_are_valid(path, monkeypatch):
+    """Every shipped loop config validates; its RL config, NeRD models and fine-tune config exist and drive the robot
+    of its folder (the datasets are the user's to generate, as the config's header says)."""
+    from nerd.rl.transfer import load_transfer_config
+
+    monkeypatch.chdir(REPO)
+    cfg = load_transfer_config(path)
+    rl_cfg = load_rl_config(cfg.rl_cfg, cfg.rl_overrides)
+    assert rl_cfg.env.robot == path.parent.name
+    assert all((REPO / m).is_file() for m in cfg.model_paths)
+    if cfg.refine is not None:
+        train = yaml.safe_load((REPO / cfg.refine.train_cfg).read_text())
+        assert train["env_name"] == path.parent.name
+        assert all(p.startswith("data/") and p.endswith(".hdf5") for p in cfg.refine.base_train + cfg.refine.base_valid)
