@@ -75,9 +75,6 @@ class GenerationConfig:
     pd_gains: str | None = None
     """Data-generation gain box of robots whose data goes through a PD law (Anymal: ``"release"``, the default,
     or our ``"damped"``); None for the robot's default."""
-    ground_planes: str | None = None
-    """How robots with random ground planes (the pendulum) draw them: ``"release"`` (the default) or our
-    ``"near"``; None for the robot's default."""
     torque_scale: str = "full"
     """How white-noise torques are scaled: ``"full"`` (the release: uniform over the robot's whole torque box) or
     our ``"log-uniform"`` (each trajectory's box is shrunk by its own factor 10^U[-2, 0], so that the data also
@@ -191,8 +188,6 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
                    robot_variant=cfg.robot_variant, control_mode=cfg.control_mode)
     _check_robot_option("--pd-gains", cfg.pd_gains, env.pd_gain_boxes, f"{cfg.env_name} has the gain boxes",
                         f"{cfg.env_name}'s data does not go through a PD controller (only Anymal's does)")
-    _check_robot_option("--ground-planes", cfg.ground_planes, env.ground_plane_rules, f"{cfg.env_name} has the rules",
-                        f"{cfg.env_name}'s data has no random ground planes (only PendulumWithContact's has)")
     if (cfg.torque_scale != "full" or cfg.torque_hold_frames > 1) and env.random_control == "actions":
         flag = (f"--torque-scale {cfg.torque_scale}" if cfg.torque_scale != "full"
                 else f"--torque-hold-frames {cfg.torque_hold_frames}")
@@ -206,7 +201,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
         **dataset_attrs(env), "trajectory_length": T, "seed": cfg.seed, "generator_settings": asdict(cfg),
         "random_ground_planes": random_planes, "torque_scale": "" if cfg.passive else cfg.torque_scale,
         "torque_hold_frames": cfg.torque_hold_frames, "initial_states": cfg.initial_states,
-        "ground_plane_rule": (cfg.ground_planes or env.ground_plane_rules[0]) if random_planes else "",
+        "ground_plane_rule": env.ground_plane_rules[0] if random_planes else "",
     }
     buffers = {name: torch.empty(T, n, *shape, device=env.torch_device) for name, shape in field_shapes.items()}
     gravity = gravity_directions(env, n)
@@ -224,7 +219,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
                     contacts = env.get_contacts()
                     normals, points = env.sample_ground_planes(
                         contacts["contact_points_0"], contacts["contact_thicknesses"], env.get_root_body_q()[:, :3],
-                        generator, cfg.ground_planes,
+                        generator,
                     )
                     env.set_ground_planes(normals, points)
                 torque_noise = _TorqueNoise(env, cfg, n, generator)

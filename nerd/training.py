@@ -27,11 +27,10 @@ from nerd.config import ConfigError, check_range, to_dict
 from nerd.datasets.windows import TrajectoryWindows, dataset_files
 from nerd.distributed import Rank, current_rank, replica_checksums
 from nerd.errors import RolloutDivergedError, UserError, first_line
-from nerd.features import MODEL_OPTIONS, RobotSignature, robot_joint_limits, robot_mirror_signs
+from nerd.features import MODEL_OPTIONS, RobotSignature, robot_joint_limits
 from nerd.models import ModelConfig
 from nerd.models.nerd_model import NeRDModel, model_bytes
 from nerd.modes import INITIAL_STATES, NEURAL, InitialStates
-from nerd.representation import compute_target, states_to_anchor_frame
 from nerd.resources import check_memory
 from nerd.run_dir import (
     ExclusiveLock,
@@ -128,17 +127,6 @@ class TrainConfig:
     """What ``time_budget_minutes`` counts: ``"process"`` this process's CPU time (the default, steady on a shared
     CPU), or ``"wall"`` wall-clock seconds of the same work, the one that means something on a GPU, where the CPU
     time is the host's waiting and launching, not the device's work."""
-    input_noise: float = 0.0
-    """Std of Gaussian noise added to the state inputs of every history step during training, as a fraction of
-    each coordinate's data std (0 = off). The targets are corrected by the same noise, so the model learns to
-    steer a perturbed state back to the true next state: the state-noise trick of learned particle simulators,
-    which trades one-step accuracy for rollout stability. Only coordinates whose target is a plain difference
-    are perturbed (not a floating base's own pose, which is the anchor)."""
-    unroll_steps: int = 1
-    """Multi-step loss: the last ``unroll_steps - 1`` positions of each window take the model's own predicted
-    states as inputs (autoregressively, with gradients through the unroll) and are trained to land on the true
-    next states; 1 is plain teacher forcing. Costs ``unroll_steps`` forward passes per batch. World-frame robots
-    without a floating base only (their state inputs are the states themselves)."""
     micro_batch_size: int | None = None
     """Split each batch (each rank's share under torchrun) into micro-batches of at most this many windows whose
     gradients are accumulated before the one optimiser step: the same gradient up to float rounding, faster on a
@@ -161,11 +149,6 @@ class TrainConfig:
     """With ``joint_limit_inputs``, also give the model the ``joint_limit_lookahead`` group (our option;
     :mod:`nerd.features`): the same penetration and rate one frame ahead, for ``q + q̇ Δt``, the cue of the frame
     that enters a limit. A run started ``--init-from`` a model without the group gains it with zero weights."""
-    mirror_data: bool = False
-    """Train on every trajectory and its mirror image (our option, for robots that declare a reflection,
-    :attr:`~nerd.envs.Environment.mirror_joint_signs`: the Cartpole): twice the windows, and a model pushed towards
-    the symmetry that the ``mirror`` option of the evaluation imposes exactly at twice the network calls. The
-    validation data stays as recorded."""
     best_checkpoint_by: Literal["rollout", "valid_loss"] = "rollout"
     """What ``nn/best.pt`` minimises: ``"rollout"`` the sum of the per-epoch rollout's error metrics (what a NeRD
     model is for; the one-step loss can fall while the rollout error grows), or ``"valid_loss"`` the one-step
@@ -173,18 +156,10 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         # Values that would run but mislead (an empty epoch, a negative clip) are refused when the config loads.
-        for key in ("history_length", "batch_size", "num_epochs", "valid_batches", "unroll_steps"):
+        for key in ("history_length", "batch_size", "num_epochs", "valid_batches"):
             check_range(key, getattr(self, key), low=1)
         check_range("batches_per_epoch", self.batches_per_epoch, low=1)
         check_range("micro_batch_size", self.micro_batch_size, low=1, high=self.batch_size)
-        if self.micro_batch_size is not None and self.unroll_steps > 1:
-            # The unrolled inputs of a batch form one autograd graph, which per-part backward passes would free.
-            raise ConfigError("config key 'micro_batch_size': not supported with unroll_steps > 1; leave it unset")
-        if self.model.prediction == "absolute" and (self.input_noise > 0 or self.unroll_steps > 1):
-            # Both correct relative targets for a perturbed input; an absolute target needs no correction, and
-            # mixing the two would train on wrong targets.
-            key = "input_noise" if self.input_noise > 0 else "unroll_steps"
-            raise ConfigError(f"config key '{key}': not supported with model.prediction: absolute; leave it unset")
         if self.joint_limit_lookahead and not self.joint_limit_inputs:
             raise ConfigError("config key 'joint_limit_lookahead': needs joint_limit_inputs: true (it looks ahead "
                               "at the same limits)")
@@ -194,14 +169,10 @@ class TrainConfig:
         check_range("lr_end", self.lr_end, low=0)
         if not 0.0 <= self.lr_warmup < 1.0:
             raise ConfigError(f"config key 'lr_warmup': must be >= 0 and < 1, got {self.lr_warmup!r}")
-        check_range("input_noise", self.input_noise, low=0)
         check_range("average_weights_from", self.average_weights_from, low=0, high=1)
         check_range("time_budget_minutes", self.time_budget_minutes, low=0, low_open=True)
         check_range("rollout_eval.num_envs", self.rollout_eval.num_envs, low=0)
         check_range("rollout_eval.horizon", self.rollout_eval.horizon, low=1)
-        if self.unroll_steps > self.history_length:
-            raise ConfigError(f"config key 'unroll_steps': unroll_steps must lie in [1, history_length = "
-                              f"{self.history_length}], got {self.unroll_steps}")
         # Checked when the config loads, not clamped later: a history the model cannot see is a config error.
         block_size = self.model.transformer.block_size
         if self.model.type == "transformer" and self.history_length > block_size:
@@ -214,51 +185,6 @@ def model_options(model_cfg: ModelConfig) -> dict[str, Any]:
     """The model options of ``model_cfg`` that shape its inputs and target (:data:`~nerd.features.MODEL_OPTIONS`),
     as the dataset windows and the robot signature take them."""
     return {key: getattr(model_cfg, key) for key in MODEL_OPTIONS}
-
-
-def noisy_state_columns(layout) -> torch.Tensor:
-    """State columns whose target is ``next - current`` in the same frame: every column without a floating base;
-    with one, all but the base position and orientation (identity in their own anchor frame)."""
-    columns = torch.arange(layout.dof_q + layout.dof_qd)
-    return columns[7:] if layout.floating_base else columns
-
-
-def add_state_noise(inputs: dict[str, torch.Tensor], target: torch.Tensor, columns: torch.Tensor, std: torch.Tensor,
-                    generator: torch.Generator | None = None) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """Perturb the ``states`` inputs (B, H, S) at ``columns`` by N(0, std) and correct the targets (B, H, P).
-
-    A target column equals the state column it integrates (``compute_target``), so a perturbation ``e`` of the
-    input at step t makes ``target_t - e`` the step that lands on the true state t + 1.
-    """
-    states = inputs["states"]
-    noise = torch.randn(states.shape[:-1] + (len(columns),), generator=generator, dtype=states.dtype) * std
-    noise = noise.to(states.device)
-    states, target = states.clone(), target.clone()
-    states[..., columns] += noise
-    target[..., columns] -= noise
-    return {**inputs, "states": states}, target
-
-
-def unroll_window(model: NeRDModel, inputs: dict[str, torch.Tensor], target: torch.Tensor, layout, steps: int
-                  ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """Replace the state inputs of the last ``steps - 1`` window positions by the model's own rollout.
-
-    Position p's prediction, integrated from its (possibly predicted) input, becomes position p + 1's input, with
-    gradients; each unrolled position's target is corrected to land on the true next state. World-frame layouts
-    only: there a state input is the state itself (continuous joints wrapped) and a target its plain difference.
-    """
-    true_states = inputs["states"]
-    states = true_states
-    horizon = states.shape[1]
-    for p in range(horizon - steps, horizon - 1):
-        prefix = {name: x[:, : p + 1] for name, x in inputs.items()}
-        prediction = model.target_norm.denormalize(model({**prefix, "states": states[:, : p + 1]})[:, p])
-        # The input of a world-frame robot is its state with continuous joints wrapped.
-        next_state = states_to_anchor_frame(states[:, p] + prediction, None, layout)
-        states = torch.cat([states[:, : p + 1], next_state[:, None], states[:, p + 2 :]], dim=1)
-    # The drift of each input from the data, wrapped where continuous: exactly a relative target.
-    offset = compute_target(true_states, states, None, layout)
-    return {**inputs, "states": states}, target - offset
 
 
 def get_lr(progress: float, lr_start: float, lr_end: float, warmup: float = 0.0) -> float:
@@ -329,7 +255,7 @@ def _train(cfg: TrainConfig, logdir: Path, device: str, seed: int | None, resume
     options = model_options(cfg.model)
     train_data = TrajectoryWindows(cfg.dataset.train, cfg.history_length, device, cfg.dataset.max_train_trajectories,
                                    joint_limits=limits, joint_limit_lookahead=cfg.joint_limit_lookahead,
-                                   mirror_signs=_mirror_signs(cfg), model_options=options)
+                                   model_options=options)
     valid_data = TrajectoryWindows(cfg.dataset.valid, cfg.history_length, device, joint_limits=limits,
                                    joint_limit_lookahead=cfg.joint_limit_lookahead, model_options=options)
     sig = train_data.signature
@@ -348,9 +274,6 @@ def _train(cfg: TrainConfig, logdir: Path, device: str, seed: int | None, resume
         if not math.isclose(data.frame_dt, robot_dt, rel_tol=1e-9):
             raise UserError(f"the {name} dataset's frames are {data.frame_dt:g} s, but {cfg.env_name} steps "
                             f"{robot_dt:g} s per frame; regenerate it with generate_dataset.py")
-    if cfg.unroll_steps > 1 and (sig.model_frame != "world" or sig.floating_base):
-        raise UserError(f"unroll_steps > 1 supports world-frame robots without a floating base; "
-                        f"{sig.env_name} is not one")
     if cfg.best_checkpoint_by == "rollout" and cfg.rollout_eval.num_envs < 1:
         raise UserError("best_checkpoint_by: rollout needs rollout_eval.num_envs > 0; set it or use valid_loss")
     model, optimizer, start_epoch, best_score, previous = _init_or_resume(cfg, train_data, logdir, device, resume,
@@ -407,8 +330,6 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
               f"{len(train_data):,} training windows; each epoch runs {batches}", flush=True)
     best_path, last_path = logdir / "nn" / "best.pt", logdir / "nn" / "last.pt"
     averaged_path = logdir / "nn" / "averaged.pt"
-    noise_columns = noisy_state_columns(sig.layout)
-    noise_std = (cfg.input_noise * model.input_norms["states"].var.sqrt().float().cpu())[noise_columns]
     previous = previous or {}
     # A resumed run's summary and curve keep the epochs before the interruption.
     history: list[dict[str, float]] = list(previous.get("history", []))
@@ -430,7 +351,7 @@ def _train_loop(cfg: TrainConfig, logdir: Path, model: NeRDModel, optimizer: tor
                 break
             epoch_start = time.perf_counter()
             losses = _train_epoch(model, loss_fn, optimizer, cfg, train_data, epoch, steps_per_epoch, seed, run,
-                                  (noise_columns, noise_std), writer, progress and rank.is_main)
+                                  writer, progress and rank.is_main)
             epoch_seconds = time.perf_counter() - epoch_start
             _check_replicas(model, run)
             if not rank.is_main:
@@ -585,17 +506,6 @@ def _joint_limits(cfg: TrainConfig, checkpoint: str | Path | None) -> tuple[tupl
         return limits
 
 
-def _mirror_signs(cfg: TrainConfig) -> tuple[float, ...]:
-    """The reflection a ``mirror_data`` run adds to its training data (its robot's), or () without the option."""
-    if not cfg.mirror_data:
-        return ()
-    try:
-        return robot_mirror_signs(cfg.env_name)
-    except ImportError as err:
-        raise UserError(f"mirror_data: {cfg.env_name}'s reflection comes from its environment, which needs "
-                        f"{err.name or 'the engine'} (not installed here)") from err
-
-
 def _init_or_resume(cfg: TrainConfig, train_data: TrajectoryWindows, logdir: Path, device: str, resume: bool,
                     init_from: str | Path | None
                     ) -> tuple[NeRDModel, torch.optim.Optimizer, int, float, dict[str, Any]]:
@@ -718,8 +628,9 @@ def check_resume_config(cfg: TrainConfig, model_cfg: ModelConfig, payload: dict[
 def resume_changes(cfg: TrainConfig, payload: dict[str, Any]) -> str:
     """The schedule keys a resume changes against the run's recorded config (``key old -> new``, empty if none),
     so that a resumed run says what it does differently."""
-    old = {key: value for key, value in payload["config"].items() if key != "dataset"}
     new = {key: value for key, value in to_dict(cfg).items() if key != "dataset"}
+    # Keys the config no longer has (options since removed, recorded by older runs) are not changes.
+    old = {key: value for key, value in payload["config"].items() if key in new}
     return _differences(old, new, "")
 
 
@@ -739,15 +650,14 @@ def _differences(old: dict[str, Any], new: dict[str, Any], prefix: str) -> str:
 
 def _train_epoch(model: NeRDModel, loss_fn, optimizer: torch.optim.Optimizer, cfg: TrainConfig,
                  train_data: TrajectoryWindows, epoch: int, steps_per_epoch: int, seed: int, run: _Progress,
-                 noise: tuple[torch.Tensor, torch.Tensor], writer, progress: bool) -> list[float]:
-    """One epoch of batch -> (state noise) -> loss -> backward -> clip -> Adam step; returns the batch losses.
+                 writer, progress: bool) -> list[float]:
+    """One epoch of batch -> loss -> backward -> clip -> Adam step; returns the batch losses.
 
     ``loss_fn(inputs, target)`` is ``model.loss``, or its DistributedDataParallel wrapper under torchrun (each
     rank then takes its own share of every batch; the logged loss is the mean over the ranks). Advances ``run``
     (steps, CPU seconds) and stops early once its budget is spent.
     """
     total_steps = steps_per_epoch * cfg.num_epochs
-    noise_columns, noise_std = noise
     world = run.rank.world_size
     losses = []
     first_step = run.step
@@ -759,10 +669,6 @@ def _train_epoch(model: NeRDModel, loss_fn, optimizer: torch.optim.Optimizer, cf
     clock = time.perf_counter if cfg.time_budget_clock == "wall" else time.process_time
     tick = clock()
     for inputs, target in bar:
-        if cfg.input_noise > 0:
-            inputs, target = add_state_noise(inputs, target, noise_columns, noise_std, generator)
-        if cfg.unroll_steps > 1:
-            inputs, target = unroll_window(model, inputs, target, train_data.signature.layout, cfg.unroll_steps)
         if run.budget is not None:
             if run.budget_spent:
                 break

@@ -22,7 +22,7 @@ import h5py
 import torch
 
 from nerd.datasets.hdf5 import DatasetError, read_attrs
-from nerd.features import RobotSignature, build_inputs, build_targets, mirror_sign_tensors
+from nerd.features import RobotSignature, build_inputs, build_targets
 
 _CONVERT_CHUNK = 1024  # trajectories converted at a time, to bound the temporary memory of the conversion
 
@@ -79,24 +79,19 @@ class TrajectoryWindows:
             stored in datasets); the windows then carry the ``joint_limits`` input group.
         joint_limit_lookahead: With ``joint_limits``, also carry the ``joint_limit_lookahead`` group, one frame of
             the dataset (its ``frame_dt``) ahead.
-        mirror_signs: A reflection of the robot, one sign per joint DoF
-            (:attr:`~nerd.envs.Environment.mirror_joint_signs`): every trajectory is also read as its mirror image
-            (twice the windows; our option). Empty: the trajectories as recorded.
         model_options: The model options (:data:`~nerd.features.MODEL_OPTIONS`: input frame, contact inputs,
             prediction; not stored in datasets) the windows' inputs and targets are built for; None: NeRD's.
     """
 
     def __init__(self, path: str | Path | Sequence[str | Path], history: int, device: str | torch.device = "cpu",
                  max_trajectories: int | None = None, joint_limits: tuple[tuple[int, float, float], ...] = (),
-                 joint_limit_lookahead: bool = False, mirror_signs: tuple[float, ...] = (),
-                 model_options: Mapping[str, Any] | None = None):
+                 joint_limit_lookahead: bool = False, model_options: Mapping[str, Any] | None = None):
         files = dataset_files(path)
         self.path = Path(path) if isinstance(path, (str, Path)) else files[0]
         """The file or directory given (the first file of a list)."""
         self.files = files
         """The dataset's files, in reading order."""
         self.history = history
-        self.mirror_signs = tuple(mirror_signs)
         inputs: dict[str, list[torch.Tensor]] = {}
         targets: list[torch.Tensor] = []
         remaining = max_trajectories
@@ -114,8 +109,6 @@ class TrajectoryWindows:
                 self.signature = signature
                 self.frame_dt = float(attrs["frame_dt"])
                 """Seconds per transition of the data (the first file's; every part must share it)."""
-                # The parts are checked compatible with the first file, so its reflection factors serve them all.
-                self._mirror = mirror_sign_tensors(signature, self.mirror_signs) if self.mirror_signs else None
                 length = int(attrs["trajectory_length"])
                 if history > length:
                     raise DatasetError(f"{file}: history {history} is longer than its trajectories ({length} steps)")
@@ -156,22 +149,16 @@ class TrajectoryWindows:
                     if bad:
                         raise DatasetError(f"{path}: field '{name}' holds {bad} non-finite values "
                                            f"(trajectories {start}..{stop - 1}); regenerate the dataset")
-                views = [(raw["states"], raw["next_states"], raw["joint_acts"])]
-                if self._mirror is not None:
-                    state_signs, act_signs = self._mirror
-                    views.append((raw["states"] * state_signs, raw["next_states"] * state_signs,
-                                  raw["joint_acts"] * act_signs))
-                for states, next_states, acts in views:
-                    groups, anchor = build_inputs(self.signature, states, raw["root_body_q"], acts, raw)
-                    target = build_targets(self.signature, states, next_states, anchor)
-                    if target.shape[1] > length:
-                        # Inputs and targets are per step, so cutting after the conversion changes no value.
-                        groups = {name: overlapping_pieces(value, length, self.history)
-                                  for name, value in groups.items()}
-                        target = overlapping_pieces(target, length, self.history)
-                    for name, value in groups.items():
-                        inputs.setdefault(name, []).append(value)
-                    targets.append(target)
+                groups, anchor = build_inputs(self.signature, raw["states"], raw["root_body_q"], raw["joint_acts"],
+                                              raw)
+                target = build_targets(self.signature, raw["states"], raw["next_states"], anchor)
+                if target.shape[1] > length:
+                    # Inputs and targets are per step, so cutting after the conversion changes no value.
+                    groups = {name: overlapping_pieces(value, length, self.history) for name, value in groups.items()}
+                    target = overlapping_pieces(target, length, self.history)
+                for name, value in groups.items():
+                    inputs.setdefault(name, []).append(value)
+                targets.append(target)
         return total
 
     def input_range(self, groups: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:

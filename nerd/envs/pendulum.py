@@ -37,10 +37,9 @@ INIT_QD_RANGE = (2.0 * math.pi, 4.0 * math.pi)
 TORQUE_NOISE_SCALE = (1500.0, 1500.0)
 RESET_QD_RANGE = 2.0  # [rad/s] the env's random reset (reset_init_state_pendulum): both rates in +-2
 RANDOM_PLANE_MAX_DEPTH = 3.5  # [m] 'release' planes lie at most this far below the root (the links reach 3.1 m)
-NEAR_PLANE_MAX_GAP = 1.0  # [m] 'near' planes lie at most this far below the initial lowest contact point
-GROUND_PLANE_RULES = ("release", "near")
-"""How data generation draws a trajectory's random plane (:meth:`PendulumWithContact.sample_ground_planes`);
-the first is the default."""
+GROUND_PLANE_RULES = ("release",)
+"""How data generation draws a trajectory's random plane (:meth:`PendulumWithContact.sample_ground_planes`): the
+release's rule, the one recorded in a dataset's ``ground_plane_rule`` attribute."""
 
 GROUND_CONFIGS: dict[int, tuple[float, tuple[float, float, float]]] = {
     0: (-15.5, (0.0, 0.0, 0.0)),  # never touched: contact-free
@@ -127,20 +126,14 @@ class PendulumWithContact(Environment):
     @staticmethod
     def sample_ground_planes(
         contact_points: torch.Tensor, contact_thicknesses: torch.Tensor, root_positions: torch.Tensor,
-        generator: torch.Generator, rule: str | None = None,
+        generator: torch.Generator,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Random planes for data generation: a normal uniform on the sphere and an offset along it below every
         contact point of the initial state (radius included), so that each trajectory starts out of contact.
 
-        Rules (:data:`GROUND_PLANE_RULES`; None is the first):
-
-        * ``"release"``: the offset is uniform between 3.5 m below the root and the lowest contact point, as the
-          release's pendulum sampler draws it; about 7.5 % of the steps have a capsule within its radius of the
-          plane.
-        * ``"near"`` (ours, the earlier default): uniform within 1 m below the lowest contact point; about twice the
-          contact steps (16 %), yet a model trained on it was 6-25 % less accurate on every fixed configuration
-          at the same budget (docs/notebook/accuracy.md); kept to reproduce the data of the earlier model that
-          the shipped pendulum model was fine-tuned from.
+        The offset is uniform between 3.5 m below the root and the lowest contact point, as the release's pendulum
+        sampler draws it (the ``"release"`` rule of :data:`GROUND_PLANE_RULES`); about 7.5 % of the steps have a
+        capsule within its radius of the plane.
 
         The release draws the normal uniformly in the cube [-1, 1]^3 before normalising it, which slightly favours
         diagonal normals; this project draws them uniformly on the sphere.
@@ -153,16 +146,10 @@ class PendulumWithContact(Environment):
         Returns:
             normals (n, 3) and plane points (n, 3), world frame.
         """
-        rule = rule or GROUND_PLANE_RULES[0]
-        if rule not in GROUND_PLANE_RULES:
-            raise UserError(f"ground-plane rule {rule!r}: use one of {', '.join(GROUND_PLANE_RULES)}")
         n = contact_points.shape[0]
         normals = torch.nn.functional.normalize(torch.randn(n, 3, generator=generator), dim=-1)
         points, thickness = contact_points.cpu(), contact_thicknesses.cpu()
         highest = ((points * normals[:, None]).sum(-1) - thickness).min(dim=1).values
-        if rule == "release":
-            lowest = (root_positions.cpu() * normals).sum(-1) - RANDOM_PLANE_MAX_DEPTH
-        else:
-            lowest = highest - NEAR_PLANE_MAX_GAP
+        lowest = (root_positions.cpu() * normals).sum(-1) - RANDOM_PLANE_MAX_DEPTH
         offset = lowest + (highest - lowest) * torch.rand(n, generator=generator)
         return normals, offset[:, None] * normals

@@ -52,10 +52,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pd-gains", default=None,
                         help="PD gain box of robots whose data goes through a PD law (Anymal): 'release' (default) "
                              "or 'damped' (ours, stable on the physical robot; docs/anymal.md)")
-    parser.add_argument("--ground-planes", default=None,
-                        help="random ground planes of the pendulum's data: 'release' (default: offset between 3.5 m "
-                             "below the pivot and the lowest contact point) or 'near' (ours: within 1 m below the "
-                             "lowest contact point)")
     parser.add_argument("--torque-scale", default="full", choices=list(TORQUE_SCALES),
                         help="random torques: white noise over the robot's torque box ('full', the release's), over "
                              "a box shrunk per trajectory by 10^U[-2, 0] ('log-uniform', ours) or doubled and clipped "
@@ -95,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
         env_name=args.env_name, num_transitions=num_transitions, trajectory_length=args.trajectory_length,
         num_envs=args.num_envs, seed=seed, passive=args.passive, contact_config=args.contact_config,
         solver=args.solver, mass_matrix_refresh=args.mass_matrix_refresh, robot_variant=args.robot_variant,
-        control_mode=args.control_mode, pd_gains=args.pd_gains, ground_planes=args.ground_planes,
+        control_mode=args.control_mode, pd_gains=args.pd_gains,
         torque_scale=args.torque_scale, torque_hold_frames=args.torque_hold_frames,
         initial_states=args.initial_states,
         compression=None if args.compression == "none" else args.compression,

@@ -11,7 +11,7 @@ the task reset), zero actions, at every reported horizon. Every finished variant
 Example (two variants side by side on two cores, then the table), from the repository root:
     S=studies/accuracy_study
     python $S/accuracy_study.py --study $S/cartpole_accuracy.yaml --only base &
-    python $S/accuracy_study.py --study $S/cartpole_accuracy.yaml --only noise_0.01 &
+    python $S/accuracy_study.py --study $S/cartpole_accuracy.yaml --only linear_skip &
     wait; python $S/accuracy_study.py --study $S/cartpole_accuracy.yaml --table docs/notebook/accuracy_table.md
 """
 

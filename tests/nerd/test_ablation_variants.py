@@ -202,8 +202,7 @@ def test_no_normalisation_keeps_the_identity_statistics():
 
 
 def test_options_are_validated_config_keys():
-    """An unknown value or a wrong type names its key; history 20 needs a block size to match; an absolute target
-    refuses the options that correct relative targets."""
+    """An unknown value or a wrong type names its key; history 20 needs a block size to match."""
     base = {"env_name": "PendulumWithContact", "model": dict(TINY_MODEL)}
     with pytest.raises(ConfigError, match=r"model\.prediction"):
         from_dict(TrainConfig, {**base, "model": {**TINY_MODEL, "prediction": "absolutely"}})
@@ -211,8 +210,6 @@ def test_options_are_validated_config_keys():
         from_dict(TrainConfig, {**base, "model": {**TINY_MODEL, "contact_inputs": "no"}})
     with pytest.raises(ConfigError, match=r"model\.input_frme"):
         from_dict(TrainConfig, {**base, "model": {**TINY_MODEL, "input_frme": "world"}})
-    with pytest.raises(ConfigError, match="input_noise"):
-        from_dict(TrainConfig, {**base, "model": {**TINY_MODEL, **ABSOLUTE}, "input_noise": 0.01})
     with pytest.raises(ConfigError, match="block_size"):
         from_dict(TrainConfig, {**base, "history_length": 20})
     long = from_dict(TrainConfig, {**base, "history_length": 20,

@@ -23,17 +23,6 @@ def pendulum_dataset(tmp_path_factory):
     return path, summary
 
 
-def test_ground_plane_rules_are_checked_when_generating(tmp_path):
-    """--ground-planes names one of the pendulum's rules; robots without random planes have none."""
-    with pytest.raises(UserError, match="PendulumWithContact has the rules release, near"):
-        generate_dataset(GenerationConfig("PendulumWithContact", 10, trajectory_length=5, num_envs=2,
-                                          ground_planes="far"), tmp_path / "p.hdf5", progress=False)
-    with pytest.raises(UserError, match="Cartpole's data has no random ground planes"):
-        generate_dataset(GenerationConfig("Cartpole", 10, trajectory_length=5, num_envs=2, ground_planes="near"),
-                         tmp_path / "c.hdf5", progress=False)
-    assert not list(tmp_path.iterdir())
-
-
 def test_log_uniform_torque_scale_shrinks_each_trajectorys_box(tmp_path):
     """--torque-scale log-uniform draws one factor in [0.01, 1] per trajectory: every torque of a trajectory stays
     inside its shrunk box, the factors differ between trajectories (about half below 0.1), the rule is recorded, and
@@ -313,32 +302,6 @@ def test_controller_robot_records_actions_and_pd_torques_and_drops_a_diverged_en
     kp, kd = gains[:, 0, 0], gains[:, 1, 0]
     assert ((kp > 30 - 1e-3) & (kp < 200 + 1e-3)).all() and ((kd > -1e-3) & (kd < 1 + 1e-3)).all()
     assert kp.std() > 10  # redrawn, not one value
-
-
-def test_mirror_signs_add_each_trajectorys_mirror_image(tmp_path):
-    """With the Cartpole's reflection every trajectory is read twice, the second time mirrored: states, torques,
-    joint-limit inputs (the limits swap sides) and targets negated, window for window; a robot with contacts
-    refuses it."""
-    from nerd.envs.cartpole import RAIL_LIMIT, Cartpole
-
-    # Starts near a rail stop, moving into it: the limit groups are not all zero.
-    path = generate_dataset(GenerationConfig("Cartpole", 160, trajectory_length=40, num_envs=4, seed=1,
-                                             initial_states="limits"), tmp_path / "cartpole.hdf5", progress=False).path
-    limits = ((0, -RAIL_LIMIT, RAIL_LIMIT),)
-    plain = TrajectoryWindows(path, 4, joint_limits=limits, joint_limit_lookahead=True)
-    both = TrajectoryWindows(path, 4, joint_limits=limits, joint_limit_lookahead=True,
-                             mirror_signs=Cartpole.mirror_joint_signs)
-    assert both.num_trajectories == 2 * plain.num_trajectories and len(both) == 2 * len(plain)
-    assert plain.inputs["joint_limits"].abs().sum() > 0 and plain.inputs["joint_limit_lookahead"].abs().sum() > 0
-    for name, value in plain.inputs.items():
-        torch.testing.assert_close(both.inputs[name][:4], value)
-        torch.testing.assert_close(both.inputs[name][4:], -value)
-    torch.testing.assert_close(both.targets[4:], -plain.targets)
-    assert plain.targets.abs().max() > 0
-    pendulum = generate_dataset(GenerationConfig("PendulumWithContact", 24, trajectory_length=12, num_envs=2, seed=1),
-                                tmp_path / "pendulum.hdf5", progress=False).path
-    with pytest.raises(UserError, match="not a fixed-base world-frame robot without contacts"):
-        TrajectoryWindows(pendulum, 4, mirror_signs=(-1.0, -1.0))
 
 
 def test_progress_bar_counts_the_transitions_written(tmp_path, monkeypatch, capsys):

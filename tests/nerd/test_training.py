@@ -10,12 +10,11 @@ import torch
 
 from nerd import training
 from nerd.checkpoint import average_checkpoints, checkpoint_label, load_checkpoint, save_checkpoint
-from nerd.config import ConfigError, from_dict
+from nerd.config import ConfigError, from_dict, load_config
 from nerd.datasets.windows import TrajectoryWindows
 from nerd.envs import make_env
 from nerd.errors import UserError
 from nerd.evaluation import evaluate_passive
-from nerd.features import signature_of_env
 from nerd.generation import GenerationConfig, generate_dataset
 from nerd.neural_environment import NeuralEnvironment
 from nerd.scripts.average import main as average_main
@@ -40,6 +39,16 @@ def pendulum_run(tmp_path_factory):
     })
     summary = train(cfg, root / "logs", seed=0, progress=False)
     return root, cfg, summary
+
+
+@pytest.mark.parametrize("key,value", [("input_noise", 0.01), ("unroll_steps", 4), ("mirror_data", True)])
+def test_removed_options_are_unknown_config_keys(tmp_path, key, value):
+    """Options measured as no help (docs/findings.md) are gone: a config file that still sets one is refused, naming
+    the key."""
+    path = tmp_path / "cfg.yaml"
+    path.write_text(f"env_name: Cartpole\n{key}: {value}\n")
+    with pytest.raises(ConfigError, match=f"unknown config key '{key}'"):
+        load_config(path, TrainConfig)
 
 
 def test_training_reduces_validation_loss_and_writes_a_run(pendulum_run):
@@ -465,39 +474,6 @@ def test_one_evaluation_reports_every_standard_horizon(pendulum_run):
         evaluate_passive("PendulumWithContact", None, "ground-truth", 1, 1, 1, seed=0, initial_states="reset")
 
 
-def test_state_noise_targets_land_on_the_true_next_state():
-    """Perturbed inputs with corrected targets integrate back to the unperturbed next state (Cartpole and Ant)."""
-    from nerd.representation import (
-        anchor_pose,
-        compute_target,
-        integrate_target,
-        states_from_anchor_frame,
-        states_to_anchor_frame,
-    )
-    from nerd.training import add_state_noise, noisy_state_columns
-
-    for name in ("Cartpole", "Ant"):
-        env = make_env(name, 3)
-        sig = signature_of_env(env)
-        gen = torch.Generator().manual_seed(0)
-        s0 = env.sample_initial_states(3, gen)
-        env.reset(states=s0)
-        env.step_with_joint_act(env.sample_random_torques(3, gen))
-        s1, anchor = env.get_states(), None
-        if sig.states_frame == "body":
-            anchor = anchor_pose(s0, sig.layout)
-        target = compute_target(s0, s1, anchor, sig.layout)
-        columns = noisy_state_columns(sig.layout)
-        std = torch.full((len(columns),), 0.1)
-        s0_b = states_to_anchor_frame(s0, anchor, sig.layout)[:, None]
-        inputs, noisy_target = add_state_noise({"states": s0_b}, target[:, None], columns, std, gen)
-        # Inputs live in the anchor frame (base velocities are rotated into it); the sampler keeps angles in [-pi, pi).
-        noisy_s0 = states_from_anchor_frame(inputs["states"][:, 0], anchor, sig.layout)
-        assert (noisy_s0 - s0).abs().max() > 1e-3
-        landed = integrate_target(noisy_s0, noisy_target[:, 0], anchor, sig.layout)
-        torch.testing.assert_close(landed, s1, atol=2e-5, rtol=1e-5)
-
-
 def test_evaluation_std_is_the_spread_of_per_rollout_means(pendulum_run):
     """metrics_std is the population std over rollouts of each rollout's mean error, across batches (6 rollouts
     in batches of 4, the last one partly used), recomputed here from the same rollouts."""
@@ -526,62 +502,6 @@ def test_evaluation_std_is_the_spread_of_per_rollout_means(pendulum_run):
     assert examples["state_names"] == ["joint_0 q [rad]", "joint_1 q [rad]"]
 
 
-def test_unrolled_window_with_a_perfect_model_keeps_the_data():
-    """With a model that predicts the data's own targets, the unrolled inputs and corrected targets are the data's."""
-    from nerd.training import unroll_window
-
-    env = make_env("Cartpole", 4)
-    sig = signature_of_env(env)
-    gen = torch.Generator().manual_seed(0)
-    env.reset(states=env.sample_initial_states(4, gen))
-    states, nexts = [], []
-    for _ in range(6):
-        states.append(env.get_states())
-        env.step_with_joint_act(env.sample_random_torques(4, gen))
-        nexts.append(env.get_states())
-    from nerd.representation import compute_target, states_to_anchor_frame
-
-    s, s1 = torch.stack(states, 1), torch.stack(nexts, 1)
-    inputs = {"states": states_to_anchor_frame(s, None, sig.layout), "joint_acts": torch.zeros(4, 6, 2)}
-    seen_lengths = []
-    target = compute_target(s, s1, None, sig.layout)
-
-    class Oracle(torch.nn.Module):
-        """Returns the normalised data targets (causal: position p sees only its own target)."""
-
-        def __init__(self):
-            super().__init__()
-            from nerd.normalization import RunningMeanStd
-
-            self.target_norm = RunningMeanStd(4)
-
-        def forward(self, x):
-            assert {v.shape[1] for v in x.values()} == {x["states"].shape[1]}, "groups must share the window length"
-            seen_lengths.append(x["states"].shape[1])
-            return self.target_norm.normalize(target[:, : x["states"].shape[1]])
-
-    new_inputs, new_target = unroll_window(Oracle(), inputs, target, sig.layout, steps=4)
-    torch.testing.assert_close(new_inputs["states"], inputs["states"], atol=1e-5, rtol=0)
-    torch.testing.assert_close(new_target, target, atol=1e-5, rtol=0)
-    assert seen_lengths == [3, 4, 5]
-    # A biased model: the unrolled inputs drift and the targets pull them back onto the data.
-    biased = Oracle()
-    biased.forward = lambda x: biased.target_norm.normalize(target[:, : x["states"].shape[1]] + 0.01)
-    drift_inputs, drift_target = unroll_window(biased, inputs, target, sig.layout, steps=4)
-    offset = drift_inputs["states"] - inputs["states"]
-    assert offset[:, :3].abs().max() == 0 and offset[:, -1].abs().min() > 0.029
-    torch.testing.assert_close(drift_target, target - offset, atol=1e-5, rtol=0)
-
-
-def test_unrolled_training_is_refused_where_unsupported(pendulum_run, tmp_path):
-    """unroll_steps > 1 needs a world-frame robot, and cannot exceed the history."""
-    _, cfg, _ = pendulum_run
-    with pytest.raises(ValueError, match="world-frame"):
-        train(dataclasses.replace(cfg, unroll_steps=3), tmp_path / "u", seed=0, progress=False)
-    with pytest.raises(ValueError, match="unroll_steps must lie"):
-        train(dataclasses.replace(cfg, unroll_steps=11), tmp_path / "u", seed=0, progress=False)
-
-
 def test_micro_batches_give_the_whole_batchs_training_step(pendulum_run, tmp_path):
     """micro_batch_size accumulates the same gradient: the weights after a few steps match a whole-batch run."""
     root, cfg, _ = pendulum_run
@@ -594,8 +514,6 @@ def test_micro_batches_give_the_whole_batchs_training_step(pendulum_run, tmp_pat
         weights.append(load_checkpoint(tmp_path / f"micro_{micro}" / "nn" / "last.pt")[0].state_dict())
     for name, value in weights[0].items():
         torch.testing.assert_close(weights[1][name], value, atol=1e-5, rtol=1e-4, msg=name)
-    with pytest.raises(ConfigError, match="'micro_batch_size': not supported with unroll_steps"):
-        dataclasses.replace(cfg, micro_batch_size=16, unroll_steps=2)
 
 
 def test_a_diverged_rollout_check_does_not_end_the_run(pendulum_run, tmp_path, monkeypatch):
@@ -699,30 +617,3 @@ def test_joint_limit_inputs_train_from_a_release_input_model(tmp_path, monkeypat
     with pytest.raises(UserError, match="needs newton"):  # a checkpoint that reads no limits cannot supply them
         train(engine_free, tmp_path / "no_engine_plain", seed=0, init_from=tmp_path / "plain/nn/last.pt",
               progress=False)
-
-
-def test_mirror_data_trains_on_twice_the_windows_and_is_refused_without_a_reflection(tmp_path, monkeypatch):
-    """mirror_data (ours) adds each training trajectory's mirror image (the validation data stays as recorded);
-    a robot that declares no reflection is a one-line error."""
-    for split, seed, n in (("train", 0, 300), ("valid", 1, 300)):
-        generate_dataset(GenerationConfig("Cartpole", n, trajectory_length=30, num_envs=10, seed=seed),
-                         tmp_path / f"{split}.hdf5", progress=False)
-    cfg = from_dict(TrainConfig, {
-        "env_name": "Cartpole", "model": TINY_MODEL, "num_epochs": 1, "batches_per_epoch": 4, "batch_size": 16,
-        "valid_batches": 2, "rollout_eval": {"num_envs": 2, "horizon": 5}, "mirror_data": True,
-        "dataset": {"train": str(tmp_path / "train.hdf5"), "valid": str(tmp_path / "valid.hdf5")},
-    })
-    seen = []
-    original = training.TrajectoryWindows
-
-    def recording(*args, **kwargs):
-        seen.append(original(*args, **kwargs))
-        return seen[-1]
-
-    monkeypatch.setattr(training, "TrajectoryWindows", recording)
-    train(cfg, tmp_path / "run", seed=0, progress=False)
-    train_data, valid_data = seen
-    assert train_data.num_trajectories == 20 and valid_data.num_trajectories == 10
-    assert (tmp_path / "run/nn/last.pt").is_file()
-    with pytest.raises(UserError, match="PendulumWithContact declares no reflection symmetry"):
-        train(dataclasses.replace(cfg, env_name="PendulumWithContact"), tmp_path / "pendulum", progress=False)

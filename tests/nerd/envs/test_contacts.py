@@ -77,30 +77,23 @@ def test_pendulum_errors_are_the_releases_first_joint_and_second_joint():
     torch.testing.assert_close(errors["joint_position_error"], torch.tensor([2 * math.pi - 6.2]), atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("rule", pendulum.GROUND_PLANE_RULES)
-def test_random_ground_planes_start_out_of_contact_within_their_range(rule):
-    """Every data-generation plane lies below all contact points of the initial state (radius included); 'release'
-    offsets reach down to 3.5 m below the pivot, 'near' ones stay within 1 m of the lowest point."""
+def test_random_ground_planes_start_out_of_contact_within_their_range():
+    """Every data-generation plane lies below all contact points of the initial state (radius included); the
+    release's offsets reach down to 3.5 m below the pivot."""
     env = make_env("PendulumWithContact", 2000)
     generator = torch.Generator().manual_seed(0)
     env.set_states(env.sample_initial_states(2000, generator))
     c = env.get_contacts()
     root = env.get_root_body_q()[:, :3]
     normals, points = pendulum.PendulumWithContact.sample_ground_planes(
-        c["contact_points_0"], c["contact_thicknesses"], root, generator, rule)
+        c["contact_points_0"], c["contact_thicknesses"], root, generator)
     torch.testing.assert_close(normals.norm(dim=-1), torch.ones(2000))
     offset = (points * normals).sum(-1)
     clearance = (c["contact_points_0"] * normals[:, None]).sum(-1) - c["contact_thicknesses"] - offset[:, None]
     assert clearance.min() >= -1e-5
     below_pivot = (root * normals).sum(-1) - offset
     lowest_gap = clearance.min(dim=1).values
-    if rule == "release":
-        assert below_pivot.max() <= 3.5 + 1e-5 and (lowest_gap > 1.0).float().mean() > 0.2
-    else:
-        assert lowest_gap.max() <= 1.0 + 1e-5
-    with pytest.raises(ValueError, match="use one of release, near"):
-        pendulum.PendulumWithContact.sample_ground_planes(c["contact_points_0"], c["contact_thicknesses"], root,
-                                                          generator, "far")
+    assert below_pivot.max() <= 3.5 + 1e-5 and (lowest_gap > 1.0).float().mean() > 0.2
 
 
 def test_solver_consumes_the_same_contacts():
