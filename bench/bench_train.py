@@ -29,10 +29,11 @@ import torch
 from nerd.cli import resolve_device, run_main
 from nerd.config import load_config
 from nerd.datasets.windows import TrajectoryWindows
+from nerd.distributed import accumulate_gradients
 from nerd.models.nerd_model import NeRDModel
 from nerd.perf import count_flops, time_alternating
 from nerd.run_dir import write_text_atomic
-from nerd.training import TrainConfig, accumulate_gradients
+from nerd.training import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 MICRO = 128

@@ -1,4 +1,5 @@
-"""Several processes under ``torchrun``: the process group, each rank's device, and rank-0-only side effects.
+"""Several processes under ``torchrun``: the process group, each rank's device, rank-0-only side effects, and the
+data-parallel steps of training (gradient accumulation under DDP, the loss averaged over ranks, replica checks).
 
 ``torchrun --nproc_per_node=K train/train.py ...`` starts K copies of the script with ``RANK``, ``WORLD_SIZE``,
 ``LOCAL_RANK`` and the rendezvous address in the environment. :func:`init_distributed` joins the group (gloo on a
@@ -10,8 +11,9 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from nerd.errors import UserError
 
@@ -129,3 +131,67 @@ def replica_checksums(module: torch.nn.Module) -> list[list[float]]:
     gathered = [torch.empty_like(local) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, local)
     return [g.tolist() for g in gathered]
+
+
+def accumulate_gradients(loss_fn, inputs: dict[str, torch.Tensor], target: torch.Tensor, micro: int | None,
+                         distributed: bool) -> torch.Tensor:
+    """Backward of the batch's mean loss, in micro-batches of at most ``micro`` windows (None: one pass); returns
+    the detached loss. Under DDP (``distributed``: ``loss_fn`` is a DistributedDataParallel module) the gradients
+    are exchanged once, with the last micro-batch."""
+    import torch
+
+    n = target.shape[0]
+    micro = micro or n
+    total = torch.zeros((), device=target.device)
+    for start in range(0, n, micro):
+        stop = min(start + micro, n)
+        last = stop == n
+        with nullcontext() if last or not distributed else loss_fn.no_sync():
+            # Each part's mean weighted by its share: the sum is the whole batch's mean loss.
+            loss = loss_fn({k: v[start:stop] for k, v in inputs.items()}, target[start:stop]) * ((stop - start) / n)
+            loss.backward()
+        total += loss.detach()
+    return total
+
+
+def distributed_loss(model: torch.nn.Module, device: str) -> torch.nn.parallel.DistributedDataParallel:
+    """``model.loss(inputs, target)`` as the forward of a DistributedDataParallel module (DDP wraps a module's
+    forward), on ``device``'s GPU or the CPU."""
+    import torch
+
+    class ModelLoss(torch.nn.Module):
+        """``model.loss`` as a module's forward."""
+
+        def __init__(self, model: torch.nn.Module):
+            super().__init__()
+            self.model = model
+
+        def forward(self, inputs: dict[str, torch.Tensor], target: torch.Tensor) -> torch.Tensor:
+            return self.model.loss(inputs, target)
+
+    device_ids = [torch.device(device).index] if torch.device(device).type == "cuda" else None
+    return torch.nn.parallel.DistributedDataParallel(ModelLoss(model), device_ids=device_ids)
+
+
+def mean_over_ranks(value: torch.Tensor, world_size: int) -> torch.Tensor:
+    """``value`` averaged over every rank (all-reduced in place), so that all ranks decide alike."""
+    import torch.distributed as dist
+
+    dist.all_reduce(value)
+    value /= world_size
+    return value
+
+
+def check_replicas(module: torch.nn.Module, rank: Rank, step: int, checks: list[dict[str, Any]]) -> None:
+    """Distributed runs: verify that every rank holds the same weights; appends the checksums to ``checks`` (for
+    the run's summary). A no-op in a world of one.
+
+    Raises:
+        RuntimeError: If the replicas differ (data-parallel training would silently train K different models).
+    """
+    if rank.world_size == 1:
+        return
+    sums = replica_checksums(module)
+    checks.append({"step": step, "checksums": sums})
+    if any(s != sums[0] for s in sums):
+        raise RuntimeError(f"the ranks' weights differ after step {step}: checksums {sums}")

@@ -8,7 +8,6 @@ import time
 import pytest
 import torch
 
-from nerd import training
 from nerd.checkpoint import average_checkpoints, checkpoint_label, load_checkpoint, save_checkpoint
 from nerd.config import ConfigError, from_dict, load_config
 from nerd.datasets.windows import TrajectoryWindows
@@ -19,6 +18,9 @@ from nerd.generation import GenerationConfig, generate_dataset
 from nerd.neural_environment import NeuralEnvironment
 from nerd.scripts.average import main as average_main
 from nerd.training import RolloutEvalConfig, TrainConfig, get_lr, train, validation_loss
+from nerd.training import epoch as epoch_module
+from nerd.training import loop as loop_module
+from nerd.training import resume as resume_module
 
 TINY_MODEL = {"type": "transformer",
               "transformer": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "head_hidden": [16]}}
@@ -130,19 +132,19 @@ def test_a_run_stopped_during_an_epochs_rollout_check_resumes_at_that_epoch(pend
     root, cfg, first = pendulum_run
     shutil.copytree(root / "logs", tmp_path / "run")
     cfg = dataclasses.replace(cfg, num_epochs=3)
-    evaluate_epoch = training._evaluate_epoch
+    evaluate_epoch = loop_module.evaluate_epoch
 
     def stopped_at_epoch_2(cfg, checkpoint, epoch, *args, **kwargs):
         if epoch == 2:
             raise KeyboardInterrupt
         return evaluate_epoch(cfg, checkpoint, epoch, *args, **kwargs)
 
-    monkeypatch.setattr(training, "_evaluate_epoch", stopped_at_epoch_2)
+    monkeypatch.setattr(loop_module, "evaluate_epoch", stopped_at_epoch_2)
     with pytest.raises(KeyboardInterrupt):
         train(cfg, tmp_path / "run", seed=0, resume=True, progress=False)
     assert torch.load(tmp_path / "run/nn/last.pt", weights_only=True)["epoch"] == 1
     assert not (tmp_path / "run/nn/epoch_check.pt").exists()
-    monkeypatch.setattr(training, "_evaluate_epoch", evaluate_epoch)
+    monkeypatch.setattr(loop_module, "evaluate_epoch", evaluate_epoch)
     summary = train(cfg, tmp_path / "run", seed=0, resume=True, progress=False)
     assert [e["epoch"] for e in summary["epochs"]] == [0, 1, 2]
     assert "joint_position_error" in summary["epochs"][2]
@@ -184,16 +186,14 @@ def test_time_budget_clock(pendulum_run, tmp_path, monkeypatch, clock):
     one. Each of 4 steps sleeps 0.5 s: a 1 s wall budget stops the run by its second step, while under a CPU-time budget
     the 2 s of sleep are not counted (the tiny steps' own CPU time is far less). Without a rollout check, last.pt is
     still written."""
-    import nerd.training as training
-
     _, cfg, _ = pendulum_run
-    original = training.accumulate_gradients
+    original = epoch_module.accumulate_gradients
 
     def waiting(*args, **kwargs):
         time.sleep(0.5)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(training, "accumulate_gradients", waiting)
+    monkeypatch.setattr(epoch_module, "accumulate_gradients", waiting)
     cfg = dataclasses.replace(cfg, num_epochs=1, batches_per_epoch=4, time_budget_clock=clock,
                               time_budget_minutes=(1.0 if clock == "wall" else 100.0) / 60.0,
                               best_checkpoint_by="valid_loss",
@@ -355,8 +355,6 @@ def test_only_fine_tunes_of_one_model_are_averaged(pendulum_run, tmp_path):
 def test_overwrite_keeps_the_old_run_until_the_new_one_has_started(pendulum_run, tmp_path, monkeypatch):
     """--overwrite with a bad dataset path, or a start that fails before the first checkpoint, leaves the old run
     as it was, and a failed start in a new directory leaves no directory holding only config.yaml."""
-    import nerd.training as training
-
     root, cfg, _ = pendulum_run
     shutil.copytree(root / "logs", tmp_path / "b")
     before = {p: p.read_bytes() for p in (tmp_path / "b").rglob("*") if p.is_file()}
@@ -368,7 +366,7 @@ def test_overwrite_keeps_the_old_run_until_the_new_one_has_started(pendulum_run,
     def failing_epoch(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(training, "_train_epoch", failing_epoch)
+    monkeypatch.setattr(loop_module, "train_epoch", failing_epoch)
     for logdir in (tmp_path / "b", tmp_path / "new"):
         with pytest.raises(KeyboardInterrupt):
             train(cfg, logdir, seed=0, overwrite=True, progress=False)
@@ -605,7 +603,7 @@ def test_joint_limit_inputs_train_from_a_release_input_model(tmp_path, monkeypat
     def no_engine(env_name):
         raise ModuleNotFoundError("No module named 'newton'", name="newton")
 
-    monkeypatch.setattr(training, "robot_joint_limits", no_engine)
+    monkeypatch.setattr(resume_module, "robot_joint_limits", no_engine)
     engine_free = dataclasses.replace(ahead, rollout_eval=RolloutEvalConfig(num_envs=0),
                                       best_checkpoint_by="valid_loss")
     train(engine_free, tmp_path / "no_engine", seed=0, init_from=tmp_path / "ahead/nn/last.pt", progress=False)
