@@ -117,6 +117,14 @@ def from_dict(cls: type[T], data: dict[str, Any], prefix: str = "") -> T:
         raise ConfigError(f"config section '{prefix or cls.__name__}' must be a mapping, got {data!r}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    retired = getattr(cls, "RETIRED_KEYS", {})
+    for name in set(data) & set(retired) - set(fields):
+        where = f"{prefix}." if prefix else ""
+        if data[name] != retired[name]:
+            raise ConfigError(f"config key '{where}{name}' was removed (measured as no help, docs/findings.md); "
+                              f"delete it")
+        # A record of a run from before the removal: the key held its no-op value, so it changes nothing.
+        data = {k: v for k, v in data.items() if k != name}
     unknown = sorted(set(data) - set(fields))
     if unknown:
         where = f"{prefix}." if prefix else ""

@@ -94,7 +94,7 @@ class Environment:
     robots whose data bypasses a controller)."""
     ground_plane_rules: ClassVar[tuple[str, ...]] = ()
     """Robots whose data is generated on a random ground plane per trajectory (the pendulum): the names of the rules
-    their ``sample_ground_planes`` accepts, the default first (empty: no random planes)."""
+    their ``sample_ground_planes`` draws by (the release's alone today; empty: no random planes)."""
 
     # Read by the model features alone (nerd.features), our options: what a model may read beyond the release's inputs.
     joint_limits: ClassVar[tuple[tuple[int, float, float], ...]] = ()

@@ -4,7 +4,7 @@ of what a run writes in its directory."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from nerd.config import ConfigError, check_range
 from nerd.features import MODEL_OPTIONS
@@ -56,6 +56,11 @@ class RolloutEvalConfig:
 @dataclass
 class TrainConfig:
     """A NeRD training run."""
+
+    RETIRED_KEYS: ClassVar[dict[str, Any]] = {"input_noise": 0.0, "unroll_steps": 1, "mirror_data": False}
+    """Options removed after they measured as no help (docs/findings.md), with their no-op values: a run's recorded
+    config that holds one at that value still loads (for ``--resume`` and the shipped models' configs); any other
+    value is an error."""
 
     env_name: str
     """Robot the model is for; must match the datasets."""

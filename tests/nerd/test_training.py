@@ -21,6 +21,7 @@ from nerd.training import RolloutEvalConfig, TrainConfig, get_lr, train, validat
 from nerd.training import epoch as epoch_module
 from nerd.training import loop as loop_module
 from nerd.training import resume as resume_module
+from tests.helpers import REPO
 
 TINY_MODEL = {"type": "transformer",
               "transformer": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16, "head_hidden": [16]}}
@@ -43,14 +44,20 @@ def pendulum_run(tmp_path_factory):
     return root, cfg, summary
 
 
-@pytest.mark.parametrize("key,value", [("input_noise", 0.01), ("unroll_steps", 4), ("mirror_data", True)])
-def test_removed_options_are_unknown_config_keys(tmp_path, key, value):
-    """Options measured as no help (docs/findings.md) are gone: a config file that still sets one is refused, naming
-    the key."""
+@pytest.mark.parametrize("key,value,no_op", [("input_noise", 0.01, 0.0), ("unroll_steps", 4, 1),
+                                             ("mirror_data", "true", "false")])
+def test_removed_options_are_refused_unless_recorded_at_their_no_op_value(tmp_path, key, value, no_op):
+    """Options measured as no help (docs/findings.md) are gone: a config that sets one is refused, naming the key;
+    a run recorded before the removal (the key at its no-op value, e.g. a shipped model's train_config.yaml) still
+    loads, as the same config without the key."""
     path = tmp_path / "cfg.yaml"
     path.write_text(f"env_name: Cartpole\n{key}: {value}\n")
-    with pytest.raises(ConfigError, match=f"unknown config key '{key}'"):
+    with pytest.raises(ConfigError, match=f"config key '{key}' was removed"):
         load_config(path, TrainConfig)
+    path.write_text(f"env_name: Cartpole\n{key}: {no_op}\n")
+    assert load_config(path, TrainConfig) == TrainConfig(env_name="Cartpole")
+    for shipped in (REPO / "pretrained_models").rglob("train_config*.yaml"):
+        load_config(shipped, TrainConfig)
 
 
 def test_training_reduces_validation_loss_and_writes_a_run(pendulum_run):
