@@ -123,8 +123,11 @@ def _check_target(target: Tensor, layout: StateLayout) -> None:
 @functools.lru_cache(maxsize=64)
 def _index_mask(indices: tuple[int, ...], width: int, device: torch.device) -> Tensor:
     """(width,) bool mask that is True at ``indices``; cached, since rollouts ask for the same one every step."""
-    mask = torch.zeros(width, dtype=torch.bool, device=device)
-    mask[list(indices)] = True
+    # An ordinary tensor even when first asked for under inference mode (the integrator's step), so that
+    # differentiable rollouts (nerd.diffsim) may use the cached mask later.
+    with torch.inference_mode(False):
+        mask = torch.zeros(width, dtype=torch.bool, device=device)
+        mask[list(indices)] = True
     return mask
 
 

@@ -270,3 +270,15 @@ def test_integrate_target_is_differentiable(gen, device):
         assert torch.isfinite(grad).all()
         assert grad.abs().sum() > 0
     assert (target.grad[..., 3:7].abs().sum(dim=-1) > 0).all()   # the rotation delta is trained too
+
+
+def test_integration_after_an_inference_mode_step_stays_differentiable():
+    """The integrator steps under inference mode and the continuous-joint mask is cached: a differentiable rollout
+    afterwards (nerd.diffsim) must still get gradients through the same integration."""
+    s0 = torch.tensor([[0.5, 3.0, 0.1, 0.2]])
+    target = torch.tensor([[0.01, 0.4, 0.0, 0.0]])
+    with torch.inference_mode():
+        integrate_target(s0, target, None, CARTPOLE)
+    s0 = s0.clone().requires_grad_(True)
+    integrate_target(s0, target, None, CARTPOLE).sum().backward()
+    assert torch.equal(s0.grad, torch.ones_like(s0))
