@@ -22,11 +22,12 @@ from nerd.errors import UserError, first_line
 from nerd.features import MODEL_OPTIONS, RobotSignature
 from nerd.models import ModelConfig
 from nerd.models.nerd_model import NeRDModel
+from nerd.paths import REPO_ROOT
 
 CHECKPOINT_FORMAT = "nerd-checkpoint-v1"
 
 
-SHIPPED_MODELS = Path(__file__).resolve().parents[1] / "pretrained_models" / "NeRD_models"
+SHIPPED_MODELS = REPO_ROOT / "pretrained_models" / "NeRD_models"
 """Where a source checkout keeps the shipped NeRD models, one ``<robot>/model.pt`` each."""
 
 

@@ -22,6 +22,7 @@ from nerd.config import ConfigError, check_range, load_config, to_dict
 from nerd.distributed import device_for_rank, rank_from_env
 from nerd.errors import UserError
 from nerd.modes import NEURAL, EnvMode
+from nerd.paths import REPO_ROOT
 
 RL_GAMES_ENV_NAME = "nerd"
 """Name under which the vec env is registered with rl-games (``env_configurations``)."""
@@ -132,18 +133,14 @@ RUN_DIR_ENTRIES = ("nn", "summaries", "config.yaml", "git.yaml", "train_summary.
 :func:`nerd.run_dir.clear_run_dir`)."""
 
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-"""The checkout this package runs from (shipped configs name files relative to it, e.g. ``pretrained_models/``)."""
-
-
 def resolve_model_path(path: str, config_path: str | Path) -> str:
     """Where a model path written in the config file ``config_path`` points.
 
     An absolute path is kept. A relative one is looked up, in this order, and the first existing file wins:
 
     1. the working directory (the path as written, unchanged);
-    2. the repository root (:data:`REPO_ROOT`): shipped configs name ``pretrained_models/...`` this way, so they
-       work from any directory;
+    2. the repository root (:data:`nerd.paths.REPO_ROOT`): shipped configs name ``pretrained_models/...`` this
+       way, so they work from any directory;
     3. the config file's folder (a config kept next to its model).
 
     A path found in 2 or 3 is returned absolute. When none exists, the path is returned as written, so that the

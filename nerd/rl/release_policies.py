@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from nerd.paths import REPO_ROOT
 from nerd.rl.config import load_rl_config
 
 PAPER_GROUND_TRUTH: dict[str, dict[str, tuple[float, float | None] | None]] = {
@@ -45,7 +46,7 @@ def play_release_policy(task: str, checkpoint: str | Path, num_games: int, num_e
     from nerd.rl.policy import load_policy, load_rl_games_checkpoint
     from nerd.rl.vec_env import make_vec_env
 
-    cfg = load_rl_config(Path(__file__).resolve().parents[2] / "cfg" / "rl" / robot / f"{task}.yaml")
+    cfg = load_rl_config(REPO_ROOT / "cfg" / "rl" / robot / f"{task}.yaml")
     cfg = copy.deepcopy(cfg)
     cfg.env.env_mode = "ground-truth"
     cfg.env.num_envs = min(num_envs, num_games)

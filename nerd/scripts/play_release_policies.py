@@ -12,7 +12,6 @@ Example:
 """
 
 import json
-from pathlib import Path
 
 from nerd.cli import (
     add_common_args,
@@ -25,10 +24,11 @@ from nerd.cli import (
 )
 from nerd.errors import UserError
 from nerd.modes import CONTACT_FRICTION
+from nerd.paths import REPO_ROOT
 from nerd.rl.release_policies import PAPER_GROUND_TRUTH, ROBOTS, format_report, play_release_policy, policy_path
 from nerd.run_dir import write_text_atomic
 
-DEFAULT_RELEASE_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "release_policies"
+DEFAULT_RELEASE_DIR = REPO_ROOT.parent / "shared" / "release_policies"
 """``shared/release_policies`` in the repository's parent folder: the release's published policies, when present."""
 
 
