@@ -33,6 +33,7 @@ import warp as wp
 
 from nerd.envs.contacts import detect_plane_contacts
 from nerd.envs.environment import Environment
+from nerd.envs.solvers import make_solver
 from nerd.errors import UserError
 from nerd.features import apply_targets, build_inputs, signature_of_env, with_model_options
 from nerd.frames import transform_point
@@ -58,15 +59,6 @@ DIFFERENTIABLE_SOLVERS = ("featherstone",)
 """Ground-truth solvers whose steps this module records on a tape (XPBD and MuJoCo Warp are not supported)."""
 
 
-def _grad_model(env: Environment) -> newton.Model:
-    """The environment's Newton model, built again with ``requires_grad=True`` (the same robot, copies, order)."""
-    robot = newton.ModelBuilder(up_axis=newton.Axis.Z, gravity=(0.0, 0.0, env.gravity))
-    env.build_robot(robot)
-    builder = newton.ModelBuilder(up_axis=newton.Axis.Z, gravity=(0.0, 0.0, env.gravity))
-    builder.replicate(robot, env.num_envs)
-    return builder.finalize(device=env.device, requires_grad=True)
-
-
 class GroundTruthRollout:
     """Differentiable Featherstone rollouts of ``env``'s robot (N copies, its ground planes, its solver settings).
 
@@ -84,11 +76,10 @@ class GroundTruthRollout:
             raise UserError(f"differentiable rollouts support the 'coulomb' contact law only, not "
                             f"'{env.contact_friction}'")
         self.env = env
-        self.model = _grad_model(env)
+        self.model = env.build_model(requires_grad=True)
         if self.model.joint_coord_count != env.model.joint_coord_count or self.model.body_count != env.model.body_count:
             raise ValueError(f"{env.name}: the rebuilt model differs from the environment's")
-        self.solver = newton.solvers.SolverFeatherstone(self.model, update_mass_matrix_interval=(
-            env.sim_substeps if env.mass_matrix_refresh == "frame" else 1))
+        self.solver = make_solver("featherstone", self.model, env.sim_substeps, env.mass_matrix_refresh)
         n = env.num_envs
         self._counts = {"body": self.model.body_count // n, "joint": self.model.joint_count // n,
                         "dof": self.model.joint_dof_count // n, "shape": self.model.shape_count // n}
@@ -289,7 +280,7 @@ _FK_MODELS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def _fk_model(env: Environment) -> newton.Model:
     """The ``requires_grad`` twin of ``env``'s model for forward kinematics, built once per environment."""
     if env not in _FK_MODELS:
-        _FK_MODELS[env] = _grad_model(env)
+        _FK_MODELS[env] = env.build_model(requires_grad=True)
     return _FK_MODELS[env]
 
 

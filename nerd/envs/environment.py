@@ -143,14 +143,9 @@ class Environment:
         self.use_graph = use_graph
         self.sim_dt = self.frame_dt / self.sim_substeps
 
-        robot = newton.ModelBuilder(up_axis=newton.Axis.Z, gravity=(0.0, 0.0, self.gravity))
-        self.build_robot(robot)
-        self.bodies_per_env = robot.body_count
-        self.shapes_per_env = robot.shape_count
-        builder = newton.ModelBuilder(up_axis=newton.Axis.Z, gravity=(0.0, 0.0, self.gravity))
-        # Separate worlds: copies never collide with each other.
-        builder.replicate(robot, num_envs)
-        self.model = builder.finalize(device=self.device)
+        self.model = self.build_model()
+        self.bodies_per_env = self.model.body_count // num_envs
+        self.shapes_per_env = self.model.shape_count // num_envs
         try:
             self.solver = make_solver(solver, self.model, self.sim_substeps, mass_matrix_refresh)
         except ImportError as err:
@@ -186,6 +181,16 @@ class Environment:
 
     # ----------------------------------------------------------------------------------------------
     # robot description: implemented once per robot module
+    def build_model(self, requires_grad: bool = False) -> newton.Model:
+        """The Newton model of ``num_envs`` copies of the robot, on the env's device; with ``requires_grad`` one whose
+        arrays record gradients (the differentiable rollouts of :mod:`nerd.diffsim`)."""
+        robot = newton.ModelBuilder(up_axis=newton.Axis.Z, gravity=(0.0, 0.0, self.gravity))
+        self.build_robot(robot)
+        builder = newton.ModelBuilder(up_axis=newton.Axis.Z, gravity=(0.0, 0.0, self.gravity))
+        # Separate worlds: copies never collide with each other.
+        builder.replicate(robot, self.num_envs)
+        return builder.finalize(device=self.device, requires_grad=requires_grad)
+
     def build_robot(self, builder: newton.ModelBuilder) -> None:
         """Add one copy of the robot (bodies, joints, shapes, articulation) to ``builder``."""
         raise NotImplementedError
