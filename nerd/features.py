@@ -28,7 +28,7 @@ Pure torch, engine-free: the same code runs on dataset batches and on live simul
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 import torch
@@ -169,8 +169,9 @@ class RobotSignature:
             joint_limits=tuple((int(i), float(lo), float(hi)) for i, lo, hi in d.get("joint_limits", ())),
             joint_limit_lookahead=float(d.get("joint_limit_lookahead", 0.0)),
             # Datasets never hold them either; checkpoints of NeRD's own inputs and target leave them out.
-            input_frame=str(d.get("input_frame", "robot")), contact_inputs=bool(d.get("contact_inputs", True)),
-            prediction=str(d.get("prediction", "relative")),
+            input_frame=str(d.get("input_frame", _MODEL_OPTION_DEFAULTS["input_frame"])),
+            contact_inputs=bool(d.get("contact_inputs", _MODEL_OPTION_DEFAULTS["contact_inputs"])),
+            prediction=str(d.get("prediction", _MODEL_OPTION_DEFAULTS["prediction"])),
         )
 
     def check_compatible(self, other: RobotSignature, what: str = "checkpoint") -> None:
@@ -195,8 +196,9 @@ class RobotSignature:
         raise UserError(f"the {what}'s state/contact layout does not match the environment: {', '.join(diffs)}")
 
 
-_MODEL_OPTION_DEFAULTS = {"input_frame": "robot", "contact_inputs": True, "prediction": "relative"}
-"""NeRD's own model options: what a signature without them (a dataset's, an older checkpoint's) means."""
+_MODEL_OPTION_DEFAULTS = {f.name: f.default for f in fields(RobotSignature) if f.name in MODEL_OPTIONS}
+"""NeRD's own model options (the fields' defaults): what a signature without them (a dataset's, an older
+checkpoint's) means."""
 
 
 def with_model_options(sig: RobotSignature, model_cfg: Any) -> RobotSignature:

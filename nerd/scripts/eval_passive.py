@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
 
     if viewing:
         shown = show_passive(args.env_name, args.model_path, args.env_mode, args.rollout_horizon, args.seed,
-                             (args.contact_config or [None])[0], resolve_device(args.device),
+                             configs[0], resolve_device(args.device),
                              initial_states=args.initial_states, mass_matrix_refresh=args.mass_matrix_refresh,
                              robot_variant=args.robot_variant, control_mode=args.control_mode, mirror=args.mirror,
                              viewer=args.viewer, output_path=args.output_path, video=args.video,
