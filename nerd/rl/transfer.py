@@ -11,8 +11,9 @@ One YAML file (:class:`TransferConfig`, ``cfg/transfer/``) describes the whole l
    before and after (and an ensemble's disagreement against it, :mod:`nerd.calibration`).
 
 Without ``refine`` the loop is the faithful recipe: the same PPO, in the same model from the first to the last
-epoch. After the last round the final policy is evaluated in both simulators (:mod:`nerd.rl.batch_eval`;
-optionally after every round, for the ground-truth reward against compute).
+epoch. With ``ppo_simulator: ground-truth`` it is the control: the same PPO rounds in the analytical simulator.
+After the last round the final policy is evaluated in both simulators (:mod:`nerd.rl.batch_eval`; optionally
+after every round, for the ground-truth reward against compute).
 
 The loop directory holds ``config.yaml`` (the loop as run), ``loop.json`` (what each finished stage produced; the
 loop resumes from it after an interruption: a finished stage is never run again, an interrupted NeRD fine-tune
@@ -47,6 +48,8 @@ STATE_FILE = "loop.json"
 """The loop's record of its finished stages, in the loop directory."""
 LOOP_DIR_ENTRIES = (STATE_FILE, "config.yaml", "git.yaml", "eval.json", "eval.md")
 """The loop's own files in its directory (beside its ``round_<k>`` folders)."""
+ADDED_KEYS = {"ppo_simulator": NEURAL}
+"""Config keys added after loops were recorded, with the value those loops ran with (a resume compares configs)."""
 
 
 @dataclass
@@ -121,6 +124,9 @@ class TransferConfig:
     """``key=value`` overrides of the RL config, e.g. ``env.disagreement_penalty=1.0``."""
     refine: RefineConfig | None = None
     """Refine the models with the policy's ground-truth data (ours); None: the faithful recipe."""
+    ppo_simulator: Literal["neural", "ground-truth"] = "neural"
+    """Where PPO trains. ``ground-truth`` is the loop's control: the same PPO settings, rounds and env-steps in the
+    analytical simulator (no ``refine``); its final policy is still evaluated in both simulators."""
     evaluation: LoopEvalConfig = field(default_factory=LoopEvalConfig)
     """Evaluation in both simulators."""
 
@@ -130,6 +136,9 @@ class TransferConfig:
         check_range("num_envs", self.num_envs, low=1)
         if not self.nerd_model_path:
             raise ConfigError("config key 'nerd_model_path': name the NeRD model(s) the loop starts from")
+        if self.ppo_simulator == GROUND_TRUTH and self.refine is not None:
+            raise ConfigError("config key 'refine': a loop whose PPO trains in the ground truth has no model to "
+                              "refine; drop 'refine' or set ppo_simulator: neural")
 
     @property
     def model_paths(self) -> list[str]:
@@ -146,7 +155,7 @@ def _rl_config(cfg: TransferConfig) -> RLConfig:
     rl_cfg = load_rl_config(cfg.rl_cfg, cfg.rl_overrides)
     if cfg.num_envs is not None:
         rl_cfg = with_num_envs(rl_cfg, cfg.num_envs)
-    rl_cfg.env.env_mode = NEURAL
+    rl_cfg.env.env_mode = cfg.ppo_simulator
     return rl_cfg
 
 
@@ -179,7 +188,7 @@ class _LoopState:
             self.data = json.loads(self.path.read_text())
             # The evaluation settings may change on a resume (e.g. to evaluate every round of a finished loop
             # afterwards); they change no stage the loop has run.
-            old = {k: v for k, v in self.data.get("config", {}).items() if k != "evaluation"}
+            old = {**ADDED_KEYS, **{k: v for k, v in self.data.get("config", {}).items() if k != "evaluation"}}
             if old != {k: v for k, v in config.items() if k != "evaluation"}:
                 raise UserError(f"{logdir} holds a transfer loop of another config; resume it with its own "
                                 f"({logdir / 'config.yaml'}) or choose another --logdir")
@@ -276,12 +285,13 @@ def _ppo_round(cfg: TransferConfig, rl_cfg: RLConfig, models: list[str], previou
     run_cfg.env.nerd_model_path = models[0] if len(models) == 1 else list(models)
     epochs = (k + 1) * cfg.epochs_per_round
     if progress:
-        print(f"round {k}: PPO in NeRD ({', '.join(models)}) up to epoch {epochs}", flush=True)
+        where = f"NeRD ({', '.join(models)})" if cfg.ppo_simulator == NEURAL else "the ground truth"
+        print(f"round {k}: PPO in {where} up to epoch {epochs}", flush=True)
     # A round interrupted before it finished starts over (rl-games cannot resume mid-run).
     summary = train_policy(run_cfg, round_dir / "ppo", device, seed, max_epochs=epochs, progress=progress,
                            overwrite=True, init_from=previous)
     config = run_cfg.params["config"]
-    record.update(policy=summary["last_checkpoint"], nerd_models=list(models),
+    record.update(policy=summary["last_checkpoint"], nerd_models=list(models), ppo_simulator=cfg.ppo_simulator,
                   ppo_env_steps=cfg.epochs_per_round * run_cfg.env.num_envs * config["horizon_length"],
                   ppo_seconds=summary["train_seconds"],
                   train_reward=summary["epochs"][-1]["mean_episode_reward"] if summary["epochs"] else None)
@@ -371,7 +381,8 @@ def _table_cells(table: dict[str, Any]) -> dict[str, Any]:
 
 
 def loop_cost(data: dict[str, Any]) -> dict[str, Any]:
-    """PPO's env-steps in NeRD and the ground-truth transitions the loop simulated, in total and per round."""
+    """PPO's env-steps (in NeRD, or in the ground truth for a control) and the ground-truth transitions the loop
+    simulated for its models, in total and per round."""
     rounds = data["rounds"]
     ppo = sum(r.get("ppo_env_steps", 0) for r in rounds)
     gt = sum(r.get("gt_transitions", 0) for r in rounds)
@@ -380,11 +391,14 @@ def loop_cost(data: dict[str, Any]) -> dict[str, Any]:
                   "model_error": r.get("model_error"), "model_error_valid": r.get("model_error_valid"),
                   "refined_model_error_valid": r.get("refined_model_error_valid"),
                   "finetune_best_valid_loss": r.get("finetune_best_valid_loss")} for k, r in enumerate(rounds)]
-    return {"ppo_env_steps": ppo, "gt_transitions": gt, "gt_share": gt / ppo if ppo else 0.0, "rounds": per_round}
+    return {"ppo_env_steps": ppo, "ppo_simulator": data["config"].get("ppo_simulator", NEURAL),
+            "gt_transitions": gt, "gt_share": gt / ppo if ppo else 0.0, "rounds": per_round}
 
 
 def format_cost(cost: dict[str, Any]) -> str:
     """One line: the loop's PPO env-steps and ground-truth transitions."""
+    if cost.get("ppo_simulator", NEURAL) == GROUND_TRUTH:
+        return f"PPO env-steps in the ground truth (the control): {cost['ppo_env_steps']:,}"
     return (f"PPO env-steps in NeRD: {cost['ppo_env_steps']:,}; ground-truth transitions: {cost['gt_transitions']:,} "
             f"({100 * cost['gt_share']:.1f} % of them)")
 

@@ -243,6 +243,34 @@ def test_faithful_loop_trains_in_one_model_and_checks_its_inputs(tiny, tmp_path)
     assert not (tmp_path / "x" / "loop.json").exists()
 
 
+def test_ground_truth_control_trains_in_the_ground_truth_and_resumes_older_loops(tiny, tmp_path, capsys):
+    """ppo_simulator: ground-truth runs the same PPO rounds in the analytical simulator, evaluated in both; it
+    cannot refine; a loop recorded before the key existed (a neural loop) still resumes."""
+    _, (a, _), _ = tiny
+    table = run_transfer_loop(loop_config(tmp_path, a, refine=None, ppo_simulator=GROUND_TRUTH),
+                              tmp_path / "control")
+    state = json.loads((tmp_path / "control/loop.json").read_text())
+    assert [r["ppo_simulator"] for r in state["rounds"]] == [GROUND_TRUTH, GROUND_TRUTH]
+    run = yaml.safe_load((tmp_path / "control/round_1/ppo/config.yaml").read_text())
+    assert run["env"]["env_mode"] == GROUND_TRUTH
+    assert table["loop"]["ppo_simulator"] == GROUND_TRUTH and table["loop"]["gt_transitions"] == 0
+    assert "PPO in the ground truth" in capsys.readouterr().out
+    assert set(table["rows"][-1]) >= {GROUND_TRUTH, "neural"}
+    with pytest.raises(ConfigError, match="'refine'"):
+        loop_config(tmp_path, a, ppo_simulator=GROUND_TRUTH)
+
+    # A neural loop whose loop.json predates the key resumes without running anything again.
+    cfg = loop_config(tmp_path, a, refine=None, rounds=1)
+    run_transfer_loop(cfg, tmp_path / "old", progress=False)
+    path = tmp_path / "old/loop.json"
+    old = json.loads(path.read_text())
+    del old["config"]["ppo_simulator"]
+    path.write_text(json.dumps(old))
+    kept = (tmp_path / "old/round_0/ppo/nn/last.pth").stat().st_mtime_ns
+    run_transfer_loop(cfg, tmp_path / "old", resume=True, progress=False)
+    assert (tmp_path / "old/round_0/ppo/nn/last.pth").stat().st_mtime_ns == kept
+
+
 def test_calibration_measures_the_ensemble_against_the_true_error(tiny, tmp_path):
     """On ground-truth data: one model twice has zero disagreement and no error within it; two different models
     have a positive disagreement and a finite rank correlation; one model has its error alone."""
