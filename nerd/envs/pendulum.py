@@ -14,6 +14,7 @@ R(xyz Euler, extrinsic) * (0, 0, 1). Data generation instead draws a random plan
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import newton
 import torch
@@ -153,3 +154,29 @@ class PendulumWithContact(Environment):
         lowest = (root_positions.cpu() * normals).sum(-1) - RANDOM_PLANE_MAX_DEPTH
         offset = lowest + (highest - lowest) * torch.rand(n, generator=generator)
         return normals, offset[:, None] * normals
+
+    @staticmethod
+    def link_length_parameters(lengths: torch.Tensor,
+                               default: Callable[[str], torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Newton model parameters of pendulums with link lengths ``lengths`` (B, 2) [m], differentiable in them
+        (NeuralSim's double-pendulum identification; the values for :class:`nerd.diffsim.GroundTruthRollout`).
+
+        A link of length l keeps its mass: its centre of mass sits at l / 2, its inertia across the link scales
+        with (l / 1.5 m)^2 (a rod's; the capsule's end caps are not re-shaped) and link 0's length places the
+        second pivot. ``default(name)`` gives the robot's own value of one copy (``GroundTruthRollout.parameter``).
+        """
+        b = lengths.shape[0]
+        scale = lengths / LINK_LENGTH  # (B, 2)
+        along_link = torch.zeros(3, dtype=lengths.dtype)
+        along_link[0] = 1.0
+        com = default("body_com").to(lengths.dtype).expand(b, -1, -1)
+        com = com * (1.0 + along_link * (scale[..., None] - 1.0))
+        across = torch.zeros(3, 3, dtype=lengths.dtype)
+        across[1, 1] = across[2, 2] = 1.0
+        inertia = default("body_inertia").to(lengths.dtype).expand(b, -1, -1, -1)
+        inertia = inertia * (1.0 + across * (scale[..., None, None] ** 2 - 1.0))
+        pivot = torch.zeros(2, 7, dtype=lengths.dtype)
+        pivot[1, 0] = 1.0  # joint 1's x position in link 0
+        x_p = default("joint_X_p").to(lengths.dtype).expand(b, -1, -1)
+        x_p = x_p * (1.0 + pivot * (scale[:, :1, None] - 1.0))
+        return {"body_com": com, "body_inertia": inertia, "joint_X_p": x_p}

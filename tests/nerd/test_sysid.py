@@ -4,7 +4,8 @@ import torch
 
 from nerd.diffsim import GroundTruthRollout
 from nerd.envs import make_env
-from nerd.sysid import fit_parameter_scale, scaled_parameter
+from nerd.envs.pendulum import PendulumWithContact
+from nerd.sysid import descend, fit_parameter_scale, parallel_basin_hopping, scaled_parameter
 
 
 def test_recovers_the_pendulum_link_length_from_20_percent_off():
@@ -16,3 +17,46 @@ def test_recovers_the_pendulum_link_length_from_20_percent_off():
         reference = sim(start, torques, {"joint_X_p": scaled_parameter(sim, "joint_X_p", (1, 0), torch.tensor(0.9))})
     fit = fit_parameter_scale(sim, "joint_X_p", (1, 0), start, torques, reference, start=1.08, iterations=12)
     assert abs(fit.scale - 0.9) < 1e-3
+
+
+def double_well(x: torch.Tensor) -> torch.Tensor:
+    """(B, 1) -> (B,): minima near x = +0.96 (local) and x = -1.04 (global)."""
+    return ((x**2 - 1.0) ** 2 + 0.3 * x).sum(dim=1)
+
+
+def test_descent_keeps_rows_apart_and_basin_hopping_leaves_a_local_minimum():
+    """Local descent from x = 1.2 stays in the right-hand basin; parallel basin hopping from the same start finds the
+    global minimum. A batch of descents equals each row descended alone (Adam is elementwise), inside the box."""
+    low, high = torch.tensor([-2.0]), torch.tensor([2.0])
+    start = torch.tensor([[1.2], [-0.5], [1.9]])
+    batch = descend(double_well, start, 60, 0.05, low, high)
+    alone = torch.cat([descend(double_well, row[None], 60, 0.05, low, high).params for row in start])
+    assert torch.allclose(batch.params, alone) and batch.evaluations == 61
+    assert 0.9 < float(batch.params[0]) < 1.0 and float(batch.params[1]) < -1.0
+    assert bool(((batch.params >= low) & (batch.params <= high)).all())
+    hop = parallel_basin_hopping(double_well, start[:1], chains=4, hops=4, iterations=30, lr=0.05, sigma=1.0,
+                                 low=low, high=high, generator=torch.Generator().manual_seed(0))
+    assert -1.1 < float(hop.params[0]) < -1.0 and float(hop.loss[0]) < float(batch.loss[0])
+    assert hop.evaluations == 4 * 31
+
+
+def test_link_lengths_give_the_robot_at_its_own_lengths_and_their_gradient():
+    """Lengths (1.5, 1.5) m give the robot's own parameters; the gradient of a 10-frame rollout with respect to the
+    two lengths matches central differences."""
+    env = make_env("PendulumWithContact", 1, contact_config=0, use_graph=False)
+    sim = GroundTruthRollout(env)
+    own = PendulumWithContact.link_length_parameters(torch.tensor([[1.5, 1.5]]), sim.parameter)
+    for name, value in own.items():
+        assert torch.allclose(value[0], sim.parameter(name))
+    start, torques = torch.tensor([[0.4, -0.8, 1.0, -1.5]]), torch.zeros(1, 10, 2)
+    weights = torch.randn(1, 10, 4, generator=torch.Generator().manual_seed(0))
+
+    def loss(lengths):
+        return (sim(start, torques, PendulumWithContact.link_length_parameters(lengths, sim.parameter)) * weights).sum()
+
+    lengths = torch.tensor([[1.3, 1.7]], requires_grad=True)
+    loss(lengths).backward()
+    with torch.no_grad():
+        step = torch.eye(2)[:, None, :] * 1e-2
+        fd = torch.stack([(loss(lengths + h) - loss(lengths - h)) / 2e-2 for h in step])
+    assert float((lengths.grad[0] - fd).norm() / fd.norm()) < 1e-3
