@@ -35,7 +35,14 @@ from nerd.envs.contacts import detect_plane_contacts
 from nerd.envs.environment import Environment
 from nerd.envs.solvers import make_solver
 from nerd.errors import UserError
-from nerd.features import apply_targets, build_inputs, signature_of_env, with_model_options
+from nerd.features import (
+    RobotSignature,
+    apply_targets,
+    build_inputs,
+    check_checkpoint_for_env,
+    signature_of_env,
+    with_model_options,
+)
 from nerd.frames import transform_point
 from nerd.models.nerd_model import NeRDModel
 
@@ -302,25 +309,29 @@ def _plane_contacts(env: Environment, body_q: torch.Tensor) -> dict[str, torch.T
 
 
 def rollout_neural(model_or_checkpoint: NeRDModel | str | Path, env: Environment, initial_states: torch.Tensor,
-                   torques: torch.Tensor, history_length: int | None = None) -> torch.Tensor:
+                   torques: torch.Tensor, history_length: int | None = None,
+                   signature: RobotSignature | None = None) -> torch.Tensor:
     """States (N, H, S) after each of the H frames of NeRD from ``initial_states`` (N, S) under ``torques``
     (N, H, J); differentiable w.r.t. both and the model's weights.
 
     The integrator's prediction path (tokens normalised with the model's statistics, a left-aligned history of at
     most ``history_length`` tokens, the prediction at the last one, applied as the integrator applies it), with the
-    history kept here as a list of tokens. ``history_length``: a checkpoint's own by default, else 10.
+    history kept here as a list of tokens. ``history_length``: a checkpoint's own by default, else 10. A checkpoint
+    brings its signature (its inputs, e.g. the joint-limit option); a model object is read as ``signature`` or, by
+    default, as the environment's with the model config's options.
     The rollout runs in ``initial_states``' dtype (float64 with a float64 model: ``nerd_model.double()``); forward
     kinematics, needed by body-frame and contact robots, runs in Warp's float32.
     """
     if isinstance(model_or_checkpoint, NeRDModel):
         nerd_model, length = model_or_checkpoint, history_length or 10
+        sig = signature or with_model_options(signature_of_env(env), nerd_model.cfg)
     else:
         from nerd.checkpoint import load_checkpoint
 
-        nerd_model, _, payload = load_checkpoint(model_or_checkpoint, device=env.torch_device)
+        nerd_model, sig, payload = load_checkpoint(model_or_checkpoint, device=env.torch_device)
+        check_checkpoint_for_env(sig, env)
         length = history_length or payload["history_length"]
     length = min(length, nerd_model.max_history)
-    sig = with_model_options(signature_of_env(env), nerd_model.cfg)
     if nerd_model.input_groups != sig.input_groups or nerd_model.output_dim != sig.target_dim:
         raise UserError(f"the NeRD model's inputs/outputs do not match the {env.name} signature")
     needs_fk = sig.layout.states_frame == "body" and not sig.floating_base or sig.contact_count

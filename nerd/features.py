@@ -230,6 +230,14 @@ def signature_of_env(env, joint_limit_inputs: bool = False, joint_limit_lookahea
     )
 
 
+def check_checkpoint_for_env(signature: RobotSignature, env) -> None:
+    """Raise a one-line UserError unless a checkpoint of ``signature`` can step ``env``: its model options (inputs
+    and target, fixed when it was trained) are its own, the robot and its layout must be the environment's."""
+    env_sig = signature_of_env(env, joint_limit_inputs=bool(signature.joint_limits),
+                               joint_limit_lookahead=bool(signature.joint_limit_lookahead))
+    signature.check_compatible(replace(env_sig, **signature.model_options))
+
+
 def robot_joint_limits(env_name: str) -> tuple[tuple[int, float, float], ...]:
     """The limits a ``joint_limit_inputs`` model of ``env_name`` reads; a UserError if the robot declares none."""
     from nerd.envs import env_class  # here, not at the top: this module stays engine-free

@@ -10,7 +10,6 @@ switching to neural mid-rollout starts from a full history.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -21,6 +20,7 @@ from nerd.errors import UserError
 from nerd.features import (
     JOINT_LIMIT_LOOKAHEAD,
     JOINT_LIMITS,
+    check_checkpoint_for_env,
     robot_mirror_signs,
     signature_of_env,
     with_model_options,
@@ -95,11 +95,8 @@ class NeuralEnvironment:
         models, lengths = [], []
         for one in paths:
             nerd_model, signature, payload = load_checkpoint(one, device=env.torch_device)
-            # The model options are the checkpoint's own (load_checkpoint checked them against its model config):
-            # the robot and its layout are what has to match the environment.
-            env_sig = signature_of_env(env, joint_limit_inputs=bool(signature.joint_limits),
-                                       joint_limit_lookahead=bool(signature.joint_limit_lookahead))
-            signature.check_compatible(replace(env_sig, **signature.model_options))
+            # The model options are the checkpoint's own (load_checkpoint checked them against its model config).
+            check_checkpoint_for_env(signature, env)
             models.append(nerd_model)
             lengths.append(payload["history_length"])
         return cls(env, models, env_mode, history_length=lengths, compile_model=compile_model, mirror=mirror)

@@ -1,0 +1,49 @@
+"""studies/pendulum_sysid and studies/cartpole_trajopt at tiny sizes: the report's files and its input errors."""
+
+import json
+
+from tests.helpers import error_lines, run_script
+
+SYSID = "studies/pendulum_sysid/pendulum_sysid.py"
+TRAJOPT = "studies/cartpole_trajopt/cartpole_trajopt.py"
+
+
+def test_pendulum_sysid_writes_one_grid_per_method(tmp_path, monkeypatch, capsys):
+    """A 2x2 grid of guesses, a 3-frame reference: every method reports every start, the truth is its own fit."""
+    out = tmp_path / "sysid.json"
+    code, _, err = run_script(SYSID, "--grid", "2", "--bounds", "1.2", "1.8", "--frames", "3", "--hops", "1",
+                              "--iterations", "2", "--chains", "2", "--output", str(out),
+                              monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 0, err
+    report = json.loads(out.read_text())
+    assert set(report["results"]) == {"local", "multistart", "basin_hopping"}
+    for result in report["results"].values():
+        assert len(result["final_error_m"]) == 4 and 0.0 <= result["success_rate"] <= 1.0
+    # The grid's corner (1.2, 1.8) is the truth: a fit that starts there stays within the tolerance.
+    assert report["results"]["local"]["final_error_m"][1] < 0.05
+    assert report["results"]["basin_hopping"]["rollouts_per_start"] == 2 * (2 + 1)
+    assert out.with_suffix(".md").is_file() and out.with_suffix(".png").is_file()
+
+
+def test_studies_refuse_bad_input_in_one_line(tmp_path, monkeypatch, capsys):
+    code, _, err = run_script(SYSID, "--true", "3", "1", "--output", str(tmp_path / "a.json"),
+                              monkeypatch=monkeypatch, capsys=capsys)
+    assert code != 0 and error_lines(err) == ["error: --true [3.0, 1.0] lies outside --bounds 0.6 2.7"]
+    code, _, err = run_script(TRAJOPT, "--nerd-model", str(tmp_path / "none.pt"), "--output", str(tmp_path / "b.json"),
+                              monkeypatch=monkeypatch, capsys=capsys)
+    assert code != 0 and error_lines(err) == [f"error: --nerd-model {tmp_path / 'none.pt'}: no such file"]
+
+
+def test_cartpole_trajopt_plays_each_plan_in_both_simulators(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "trajopt.json"
+    code, _, err = run_script(TRAJOPT, "--num-starts", "2", "--horizon", "8", "--iterations", "2", "--output",
+                              str(out), monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 0, err
+    plans = json.loads(out.read_text())["plans"]
+    assert set(plans) == {"zero actions", "optimised in neural", "optimised in ground-truth"}
+    for plan in plans.values():
+        played = plan["played"]
+        assert len(played["per_start"]["ground-truth"]) == 2 and "relative_gap" in played
+    assert len(plans["optimised in neural"]["history"]) == 2
+    code, _, err = run_script(TRAJOPT, "--output", str(out), monkeypatch=monkeypatch, capsys=capsys)
+    assert code != 0 and "--overwrite" in error_lines(err)[0]
