@@ -52,6 +52,7 @@ PARAMETERS: dict[str, str] = {
     "body_com": "body",
     "joint_X_p": "joint",
     "joint_armature": "dof",
+    "joint_damping": "dof",
     "joint_limit_ke": "dof",
     "joint_limit_kd": "dof",
     "shape_material_ke": "shape",
@@ -60,7 +61,8 @@ PARAMETERS: dict[str, str] = {
 }
 """Differentiable ``newton.Model`` arrays -> what they are indexed by (body, joint, joint DoF, shape).
 ``joint_X_p`` is each joint's pose in its parent body ``[p (3), quat xyzw (4)]``: its position is a link length
-(the pendulum's second joint sits at x = 1.5 m of link 0)."""
+(the pendulum's second joint sits at x = 1.5 m of link 0). ``joint_damping`` is viscous joint friction
+(torque -d q̇ on each DoF, every substep; zero on every robot here)."""
 
 DIFFERENTIABLE_SOLVERS = ("featherstone",)
 """Ground-truth solvers whose steps this module records on a tape (XPBD and MuJoCo Warp are not supported)."""

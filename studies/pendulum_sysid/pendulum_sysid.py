@@ -45,7 +45,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="the grid's and the search's range of each length [m]")
     parser.add_argument("--frames", type=int, default=60, help="frames of each reference trajectory (60 Hz)")
     parser.add_argument("--trajectories", type=int, default=1, help="reference trajectories (initial states)")
-    parser.add_argument("--hops", type=int, default=4, help="basin-hopping rounds")
+    parser.add_argument("--hops", type=int, default=6, help="basin-hopping rounds")
     parser.add_argument("--iterations", type=int, default=25, help="Adam steps per hop")
     parser.add_argument("--chains", type=int, default=4, help="local optimisers per start (multistart, hopping)")
     parser.add_argument("--lr", type=float, default=0.05, help="Adam's step [m]")
@@ -139,7 +139,9 @@ def table(report: dict) -> str:
     """The report's Markdown table."""
     c = report["config"]
     lines = [f"Pendulum link lengths {c['true']} m from a {c['grid']}x{c['grid']} grid of guesses in {c['bounds']} m, "
-             f"{c['trajectories']} trajectory(ies) x {c['frames']} frames; success: error < {c['tolerance']} m.", "",
+             f"{c['trajectories']} trajectory(ies) x {c['frames']} frames; {c['hops']} hops x {c['iterations']} Adam "
+             f"steps (local: {c['hops'] * c['iterations']} steps), {c['chains']} chains; success: error < "
+             f"{c['tolerance']} m.", "",
              "| method | success | median final error [m] | batched evaluations | rollouts per start | seconds |",
              "|---|---|---|---|---|---|"]
     for method, r in report["results"].items():
@@ -159,10 +161,11 @@ def plot(report: dict, path: Path) -> None:
     c, results = report["config"], report["results"]
     n = c["grid"]
     fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 4), squeeze=False)
+    top = max(1.0, *(max(r["final_error_m"]) for r in results.values()))  # one colour scale for every panel
     for ax, (method, r) in zip(axes[0], results.items(), strict=True):
         error = np.array(r["final_error_m"]).reshape(n, n)  # [l0 index, l1 index]
         image = ax.imshow(error.T, origin="lower", extent=(*c["bounds"], *c["bounds"]), cmap="viridis_r",
-                          vmin=0.0, vmax=max(1.0, float(error.max())))
+                          vmin=0.0, vmax=top)
         ax.plot(*c["true"], marker="*", color="red", markersize=14)
         ax.set_title(f"{method}: {r['success_rate']:.0%} within {c['tolerance']} m")
         ax.set_xlabel("initial link-0 length [m]")

@@ -95,6 +95,24 @@ def test_ground_truth_gradients_pendulum_with_parameters(pendulum):
     assert relative_error(a, central_difference(lambda x: loss(start, a=x), armature, 1e-2)) < 1e-3
 
 
+def test_ground_truth_gradient_of_joint_damping(pendulum):
+    """Viscous joint friction (zero on the robot) slows the joints, and its gradient matches central differences."""
+    env, sim = pendulum
+    start, torques = torch.tensor([[0.4, -0.8, 1.0, -1.5]]), torch.zeros(1, FRAMES, 2)
+    weights = torch.randn(1, FRAMES, 4, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    assert torch.equal(sim.parameter("joint_damping"), torch.zeros(2))
+
+    def loss(d):
+        return (sim(start, torques, {"joint_damping": d}).double() * weights).sum()
+
+    damping = torch.tensor([20.0, 10.0], requires_grad=True)
+    loss(damping).backward()
+    assert relative_error(damping.grad, central_difference(loss, damping.detach(), 1.0)) < 1e-3
+    with torch.no_grad():
+        free, damped = sim(start, torques), sim(start, torques, {"joint_damping": damping})
+    assert bool((damped[0, -1, 2:].abs() < free[0, -1, 2:].abs()).all())
+
+
 def test_parameter_broadcast_and_per_env(cartpole):
     """A per-env parameter value (N, ...) gets a per-env gradient; a shared one gets their sum."""
     env, sim = cartpole

@@ -1,4 +1,4 @@
-"""studies/pendulum_sysid and studies/cartpole_trajopt at tiny sizes: the report's files and its input errors."""
+"""studies/pendulum_sysid, cartpole_trajopt and hybrid_friction at tiny sizes: the report's files and input errors."""
 
 import json
 
@@ -47,3 +47,22 @@ def test_cartpole_trajopt_plays_each_plan_in_both_simulators(tmp_path, monkeypat
     assert len(plans["optimised in neural"]["history"]) == 2
     code, _, err = run_script(TRAJOPT, "--output", str(out), monkeypatch=monkeypatch, capsys=capsys)
     assert code != 0 and "--overwrite" in error_lines(err)[0]
+
+
+def test_hybrid_friction_reports_every_model_at_every_size(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "hybrid.json"
+    code, _, err = run_script("studies/hybrid_friction/hybrid_friction.py", "--sizes", "1", "2", "--train-frames", "6",
+                              "--eval-frames", "8", "--eval-trajectories", "2", "--window", "3", "--batch", "2",
+                              "--iterations", "2", "--output", str(out), monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 0, err
+    results = json.loads(out.read_text())["results"]
+    assert set(results["analytical"]) == {"all sizes"}
+    for model in ("identified", "hybrid", "lstm"):
+        assert set(results[model]) == {"6 transitions", "12 transitions"}
+    hybrid = results["hybrid"]["12 transitions"]
+    assert len(hybrid["input_importance"]) == 2 and len(hybrid["input_importance"][0]) == 4
+    assert len(results["identified"]["6 transitions"]["damping"]) == 2
+    code, _, err = run_script("studies/hybrid_friction/hybrid_friction.py", "--window", "80", "--output",
+                              str(tmp_path / "x.json"), monkeypatch=monkeypatch, capsys=capsys)
+    assert code != 0 and error_lines(err) == ["error: --window 80 is longer than a training trajectory "
+                                              "(--train-frames 60)"]
