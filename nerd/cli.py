@@ -17,6 +17,7 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from nerd.errors import RolloutDivergedError, UserError, first_line
 from nerd.modes import MASS_MATRIX_REFRESH
@@ -216,6 +217,27 @@ def write_report(output: Path, results: dict, table: str, overwrite: bool = True
     output.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(output, json.dumps(results, indent=1), overwrite)
     write_text_atomic(output.with_suffix(".md"), table + "\n", overwrite)
+
+
+def write_study_report(args: argparse.Namespace, run: Callable[[argparse.Namespace], dict],
+                       table: Callable[[dict], str], plot: Callable[[dict], Any]) -> None:
+    """A study's work behind its ``--output`` JSON and ``--overwrite``: refuse existing outputs before anything
+    runs, run ``run(args)``, then write the PNG of the matplotlib figure ``plot(report)``, the JSON and the
+    Markdown ``table`` beside it."""
+    json_path, png_path = check_report_outputs(args.output, args.overwrite, plot=True)
+    quiet_warp()
+    report = run(args)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure = plot(report)
+    figure.tight_layout()
+    png_path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(png_path, dpi=100)
+    plt.close(figure)
+    write_report(json_path, report, table(report), args.overwrite)
 
 
 class Terminated(KeyboardInterrupt):

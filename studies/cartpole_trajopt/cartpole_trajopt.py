@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from nerd.cli import check_report_outputs, make_parser, quiet_warp, run_main, write_report
+from nerd.cli import make_parser, run_main, write_study_report
 from nerd.errors import UserError
 from nerd.modes import GROUND_TRUTH, NEURAL
 
@@ -103,11 +103,8 @@ def table(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(report: dict, path: Path) -> None:
-    """Objective per iteration; the pole angle of the first start under each plan, in the ground truth."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+def plot(report: dict):
+    """The figure: objective per iteration; the pole angle of the first start under each plan, in the ground truth."""
     import math
 
     import matplotlib.pyplot as plt
@@ -124,20 +121,12 @@ def plot(report: dict, path: Path) -> None:
     right.set_xlabel("frame (60 Hz)")
     right.set_ylabel("pole angle in the ground truth, start 0 [rad]")
     right.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return fig
 
 
 def main() -> None:
     """Parse the command line, run the study, write the report."""
-    args = parse_args()
-    json_path, png_path = check_report_outputs(args.output, args.overwrite, plot=True)
-    quiet_warp()
-    report = run_study(args)
-    plot(report, png_path)
-    write_report(json_path, report, table(report), args.overwrite)
+    write_study_report(parse_args(), run_study, table, plot)
 
 
 if __name__ == "__main__":

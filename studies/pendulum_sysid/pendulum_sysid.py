@@ -27,9 +27,8 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
-from nerd.cli import check_report_outputs, make_parser, quiet_warp, run_main, write_report
+from nerd.cli import make_parser, run_main, write_study_report
 from nerd.errors import UserError
 
 METHODS = ("local", "multistart", "basin_hopping")
@@ -150,11 +149,8 @@ def table(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(report: dict, path: Path) -> None:
-    """One panel per method: each grid cell (a start) coloured by its final error, the truth as a star."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+def plot(report: dict):
+    """The figure: one panel per method, each grid cell (a start) coloured by its final error, the truth a star."""
     import matplotlib.pyplot as plt
     import numpy as np
 
@@ -171,20 +167,12 @@ def plot(report: dict, path: Path) -> None:
         ax.set_xlabel("initial link-0 length [m]")
         ax.set_ylabel("initial link-1 length [m]")
         fig.colorbar(image, ax=ax, label="final error [m]")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return fig
 
 
 def main() -> None:
     """Parse the command line, run the study, write the report."""
-    args = parse_args()
-    json_path, png_path = check_report_outputs(args.output, args.overwrite, plot=True)
-    quiet_warp()
-    report = run_study(args)
-    plot(report, png_path)
-    write_report(json_path, report, table(report), args.overwrite)
+    write_study_report(parse_args(), run_study, table, plot)
 
 
 if __name__ == "__main__":
