@@ -8,8 +8,8 @@ Passive trajectories of ``--train-frames`` frames from the data generator's init
 measure the error inside the training horizon (frames 1..train-frames) and beyond it.
 
 Models, each trained on the same windows of ``--window`` frames with the same loss (the mean squared error of the
-state, in units of ``STATE_SCALE``, of a rollout from each window's first state) and Adam for ``--iterations``
-steps:
+state, in units of ``STATE_SCALE``, of a rollout from each window's first state) and Adam, for ``--iterations``
+steps through the tape or ``--lstm-iterations`` cheap steps of the LSTM (about the same wall time):
 
 * ``analytical``: the pendulum without friction (not trained);
 * ``identified``: the analytical model with its joint damping fitted through the Warp tape (the right structure,
@@ -48,14 +48,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--eval-trajectories", type=int, default=32, help="held-out trajectories")
     parser.add_argument("--window", type=int, default=10, help="frames of a training window's rollout")
     parser.add_argument("--batch", type=int, default=32, help="windows per step")
-    parser.add_argument("--iterations", type=int, default=150, help="Adam steps of every trained model")
+    parser.add_argument("--iterations", type=int, default=150, help="Adam steps of the models trained through the tape")
+    parser.add_argument("--lstm-iterations", type=int, default=5000,
+                        help="Adam steps of the LSTM (cheap steps: 5000 take about the hybrid's wall time)")
     parser.add_argument("--lasso", type=float, default=1e-4, help="sparse-group-lasso weight of the hybrid")
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS), help="models to run")
     parser.add_argument("--seed", type=int, default=0, help="seed of the data and the training")
     parser.add_argument("--output", default="outputs/hybrid_friction.json", help="the report (.md, .png beside it)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing report")
     args = parser.parse_args(argv)
-    for name in ("train_frames", "eval_frames", "eval_trajectories", "window", "batch", "iterations"):
+    for name in ("train_frames", "eval_frames", "eval_trajectories", "window", "batch", "iterations",
+                 "lstm_iterations"):
         if getattr(args, name) < 1:
             raise UserError(f"--{name.replace('_', '-')} must be at least 1")
     if min(args.sizes) < 1:
@@ -133,11 +136,11 @@ def run_study(args: argparse.Namespace) -> dict:
         picked = rows[torch.arange(args.batch)[:, None], idx]
         return picked[:, 0], picked[:, 1:]
 
-    def train(rollout, params, n: int, lr: float, penalty=None) -> float:
+    def train(rollout, params, n: int, lr: float, penalty=None, iterations: int | None = None) -> float:
         optimiser = torch.optim.Adam(params, lr=lr)
         generator = torch.Generator().manual_seed(args.seed)
         started = time.perf_counter()
-        for _ in range(args.iterations):
+        for _ in range(iterations or args.iterations):
             start, target = windows(n, generator)
             optimiser.zero_grad()
             loss = (((rollout(start, args.window) - target) / scale) ** 2).mean()
@@ -179,7 +182,8 @@ def run_study(args: argparse.Namespace) -> dict:
             return {**row, "seconds": seconds, "input_importance": augmentation.input_importance().tolist(),
                     "torque_per_rate": slope.tolist()}
         lstm = DynamicsLSTM(4)
-        seconds = train(lambda x, h: lstm.rollout(x, h), list(lstm.parameters()), n, lr=3e-3)
+        seconds = train(lambda x, h: lstm.rollout(x, h), list(lstm.parameters()), n, lr=3e-3,
+                        iterations=args.lstm_iterations)
         return {**errors(lambda x, h: lstm.rollout(x, h)), "seconds": seconds}
 
     results: dict[str, dict] = {}
