@@ -61,25 +61,45 @@ def episode_return(task: Task, states: torch.Tensor, actions: torch.Tensor) -> t
 
 
 def optimise_actions(rollout: Rollout, env: Environment, task: Task, initial_states: torch.Tensor, horizon: int,
-                     iterations: int, lr: float, progress: bool = False) -> OpenLoopPlan:
+                     iterations: int, lr: float, window: int | None = None, progress: bool = False) -> OpenLoopPlan:
     """Adam on unconstrained parameters u (N, H, A), actions tanh(u), maximising each initial state's return
-    (summed rewards over ``horizon`` frames; rows are independent). Returns the best plan seen per row."""
+    (summed rewards; rows are independent).
+
+    With ``window=None`` every step optimises the whole horizon (``iterations`` steps). Through a long horizon of a
+    chaotic system the gradient is dominated by late frames and the ascent fails; with ``window`` frames the plan is
+    built front to back instead, as a receding horizon run offline: ``iterations`` steps on the rewards of frames
+    [t, t + window) with the actions before t fixed, then t advances by window // 2. The result is still one
+    open-loop sequence. Returns the plan and its return in the simulator it was optimised in.
+    """
     from tqdm import tqdm
 
     n = initial_states.shape[0]
-    u = torch.zeros(n, horizon, env.action_dim, dtype=initial_states.dtype, requires_grad=True)
-    optimiser = torch.optim.Adam([u], lr=lr)
-    best = torch.zeros_like(u).detach()
-    best_return = torch.full((n,), -torch.inf, dtype=initial_states.dtype)
+    window = horizon if window is None else min(window, horizon)
+    stride = horizon if window == horizon else max(1, window // 2)
+    starts = list(range(0, horizon - window + stride, stride)) if window < horizon else [0]
+    u = torch.zeros(n, horizon, env.action_dim, dtype=initial_states.dtype)
     history, started = [], time.perf_counter()
-    for _ in tqdm(range(iterations), desc="trajectory optimisation", unit="iteration", disable=not progress):
-        optimiser.zero_grad()
-        actions = torch.tanh(u)
+    with tqdm(total=len(starts) * iterations, desc="trajectory optimisation", unit="iteration",
+              disable=not progress) as bar:
+        for first in starts:
+            end = min(first + window, horizon)
+            free = u[:, first:end].clone().requires_grad_(True)
+            optimiser = torch.optim.Adam([free], lr=lr)
+            best, best_return = free.detach().clone(), torch.full((n,), -torch.inf, dtype=initial_states.dtype)
+            for _ in range(iterations):
+                optimiser.zero_grad()
+                actions = torch.tanh(torch.cat([u[:, :first], free], dim=1))
+                rewards = step_rewards(task, rollout(initial_states, joint_torques(env, actions)), actions)
+                returns = rewards[:, first:].sum(dim=1)
+                with torch.no_grad():
+                    better = returns.detach() > best_return
+                    best[better], best_return[better] = free.detach()[better], returns.detach()[better]
+                history.append(float(rewards.detach().sum(dim=1).mean()))
+                (-returns.sum()).backward()
+                optimiser.step()
+                bar.update()
+            u[:, first:end] = best
+    actions = torch.tanh(u)
+    with torch.no_grad():
         returns = step_rewards(task, rollout(initial_states, joint_torques(env, actions)), actions).sum(dim=1)
-        with torch.no_grad():
-            better = returns.detach() > best_return
-            best[better], best_return[better] = actions.detach()[better], returns.detach()[better]
-        history.append(float(returns.detach().mean()))
-        (-returns.sum()).backward()
-        optimiser.step()
-    return OpenLoopPlan(actions=best, returns=best_return, history=history, seconds=time.perf_counter() - started)
+    return OpenLoopPlan(actions=actions, returns=returns, history=history, seconds=time.perf_counter() - started)

@@ -35,3 +35,6 @@ def test_gradient_ascent_through_the_ground_truth_beats_doing_nothing():
         planned = step_rewards(task, sim(start, joint_torques(env, plan.actions)), plan.actions).sum(dim=1)
     assert bool((plan.returns > nothing).all()) and torch.allclose(planned, plan.returns, atol=1e-4)
     assert plan.history[-1] > plan.history[0] and plan.actions.abs().max() <= 1.0
+    # Built front to back in windows of 4 frames (4 windows at a stride of 2, the last one ending at frame 10).
+    windowed = optimise_actions(sim, env, task, start, horizon=10, iterations=3, lr=0.3, window=4)
+    assert len(windowed.history) == 4 * 3 and bool((windowed.returns > nothing).all())
