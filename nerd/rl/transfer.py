@@ -232,6 +232,8 @@ def run_transfer_loop(cfg: TransferConfig, logdir: str | Path, device: str = "cp
             raise UserError(f"nothing to resume: {logdir} holds no transfer loop ({STATE_FILE})")
         resolved = {**to_dict(cfg), "seed": seed}
         state = _LoopState(logdir, resolved)
+        # Written before the first stage, so that a loop killed in its first round can be resumed.
+        state.save()
         if not (logdir / "config.yaml").is_file():
             write_run_record(logdir, resolved)
         models = cfg.model_paths

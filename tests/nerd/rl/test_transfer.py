@@ -23,6 +23,7 @@ from nerd.rl.config import load_rl_config, with_num_envs
 from nerd.rl.playback import play_policy
 from nerd.rl.policy_data import collect_policy_data
 from nerd.rl.train import train_policy
+from nerd.rl import transfer
 from nerd.rl.transfer import TransferConfig, run_transfer_loop
 from nerd.rl.vec_env import make_vec_env
 from tests.helpers import REPO, TINY
@@ -228,11 +229,22 @@ def test_transfer_loop_refines_the_models_resumes_and_reports_its_cost(tiny, tmp
     assert json.loads((tmp_path / "loop/loop.json").read_text())["rounds"][0]["refined_models"] == refined
 
 
-def test_faithful_loop_trains_in_one_model_and_checks_its_inputs(tiny, tmp_path):
-    """Without refine the loop is plain PPO in the starting model; bad inputs fail before anything runs."""
+def test_faithful_loop_trains_in_one_model_and_checks_its_inputs(tiny, tmp_path, monkeypatch):
+    """Without refine the loop is plain PPO in the starting model; bad inputs fail before anything runs; a loop
+    killed in its first PPO round resumes."""
     _, (a, _), _ = tiny
     cfg = loop_config(tmp_path, a, refine=None)
-    run_transfer_loop(cfg, tmp_path / "faithful", progress=False)
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(transfer, "train_policy", killed)
+        with pytest.raises(KeyboardInterrupt):
+            run_transfer_loop(cfg, tmp_path / "faithful", progress=False)
+    with pytest.raises(UserError, match="--resume continues it"):
+        run_transfer_loop(cfg, tmp_path / "faithful", progress=False)
+    run_transfer_loop(cfg, tmp_path / "faithful", resume=True, progress=False)
     state = json.loads((tmp_path / "faithful/loop.json").read_text())
     assert [r["nerd_models"] for r in state["rounds"]] == [[a], [a]]
     assert state["final"]["eval"]["ground_truth"] is not None
