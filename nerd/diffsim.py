@@ -24,14 +24,14 @@ given per robot copy, with the per-env shape (broadcast to every env) or with a 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import newton
 import torch
 import warp as wp
 
-from nerd.envs.contacts import detect_plane_contacts
+from nerd.envs.contacts import ContactAugmentation, detect_plane_contacts
 from nerd.envs.environment import Environment
 from nerd.envs.solvers import make_solver
 from nerd.errors import UserError
@@ -74,17 +74,17 @@ class GroundTruthRollout:
     Build once and call many times (system identification); :func:`rollout_ground_truth` is the one-call form.
 
     Raises:
-        UserError: If ``env`` steps with a solver other than Featherstone, or with the Huber friction law.
+        UserError: If ``env`` steps with a solver other than Featherstone.
     """
 
-    def __init__(self, env: Environment):
+    def __init__(self, env: Environment, contact_augmentation: ContactAugmentation | None = None):
         if env.solver_name not in DIFFERENTIABLE_SOLVERS:
             raise UserError(f"gradients need the featherstone solver; {env.name} steps with '{env.solver_name}', "
                             "which is not recorded on a Warp tape")
-        if env.contact_friction != "coulomb":
-            raise UserError(f"differentiable rollouts support the 'coulomb' contact law only, not "
-                            f"'{env.contact_friction}'")
         self.env = env
+        self.contact_augmentation = contact_augmentation
+        """A network inside every substep's contact law (:class:`~nerd.hybrid.ContactForceAugmentation`), or None;
+        its weights get gradients like the parameters."""
         self.model = env.build_model(requires_grad=True)
         if self.model.joint_coord_count != env.model.joint_coord_count or self.model.body_count != env.model.body_count:
             raise ValueError(f"{env.name}: the rebuilt model differs from the environment's")
@@ -132,10 +132,12 @@ class GroundTruthRollout:
             raise UserError(f"{env.name}: torques must have shape ({env.num_envs}, H, {env.act_dim}), "
                             f"got {tuple(torques.shape)}")
         names = list(params)
-        return _TapedRollout.apply(self, names, initial_states, torques, *(params[k] for k in names))
+        weights = tuple(self.contact_augmentation.weights()) if self.contact_augmentation is not None else ()
+        return _TapedRollout.apply(self, names, initial_states, torques, *(params[k] for k in names), *weights)
 
     # ------------------------------------------------------------------------------------------------
-    def _record(self, initial_states: torch.Tensor, torques: torch.Tensor, values: dict[str, torch.Tensor]):
+    def _record(self, initial_states: torch.Tensor, torques: torch.Tensor, values: dict[str, torch.Tensor],
+                weights: Sequence[wp.array] = ()):
         """Run the rollout on a new tape; returns (tape, states after each frame, the arrays to read grads of)."""
         env, model, n = self.env, self.model, self.env.num_envs
         for name, default in self._defaults.items():
@@ -159,10 +161,19 @@ class GroundTruthRollout:
             newton.eval_fk(model, states[0].joint_q, states[0].joint_qd, states[0])
             for k in range(frames):
                 contacts = self._detect(states[k * substeps])
-                self._fresh_mass_matrix()
                 for i in range(substeps):
+                    if i == 0 or env.mass_matrix_refresh == "substep":
+                        # A substep that refreshes the mass matrix gets its own buffers (CubeToss refreshes at
+                        # every substep).
+                        self._fresh_mass_matrix()
                     src, dst = states[k * substeps + i], states[k * substeps + i + 1]
-                    self.solver.step(src, dst, controls[k], contacts, env.sim_dt)
+                    if self.contact_augmentation is not None:
+                        self.contact_augmentation.apply_forces(model, src, contacts, weights)
+                    huber = env.contact_friction == "huber" and contacts is not None
+                    if huber:
+                        # As the environment steps this law: wrenches into body_f, no contacts for the solver.
+                        env.ground.apply_huber_forces(model, src, contacts)
+                    self.solver.step(src, dst, controls[k], None if huber else contacts, env.sim_dt)
         outputs = [states[(k + 1) * substeps] for k in range(frames)]
         return tape, states[0], controls, outputs, states[1:]
 
@@ -208,13 +219,18 @@ class _TapedRollout(torch.autograd.Function):
     def forward(ctx, sim: GroundTruthRollout, names: list[str], initial_states: torch.Tensor, torques: torch.Tensor,
                 *values: torch.Tensor) -> torch.Tensor:
         n = sim.env.num_envs
+        values, weight_values = values[: len(names)], values[len(names):]
         full = {name: sim._per_env(name, v) for name, v in zip(names, values, strict=True)}
-        tape, first, controls, outputs, ctx.solved = sim._record(initial_states, torques, full)
+        # The augmentation's weights as Warp arrays of the tape: their adjoints are the weights' gradients.
+        ctx.weights = [wp.from_torch(w.detach().to(sim.env.torch_device, torch.float32).contiguous().clone(),
+                                     requires_grad=True) for w in weight_values]
+        tape, first, controls, outputs, ctx.solved = sim._record(initial_states, torques, full, ctx.weights)
         states = torch.stack([torch.cat([wp.to_torch(s.joint_q, requires_grad=False).view(n, -1),
                                         wp.to_torch(s.joint_qd, requires_grad=False).view(n, -1)],
                                         dim=1) for s in outputs], dim=1).clone()
         ctx.sim, ctx.names, ctx.tape, ctx.first, ctx.controls, ctx.outputs = sim, names, tape, first, controls, outputs
         ctx.value_shapes = [v.shape for v in values]
+        ctx.weight_dtypes = [w.dtype for w in weight_values]
         ctx.dtypes = (initial_states.dtype, torques.dtype)
         return states.to(initial_states.dtype)
 
@@ -225,6 +241,8 @@ class _TapedRollout(torch.autograd.Function):
         tape.zero()
         for name in ctx.names:
             getattr(model, name).grad.zero_()
+        for weight in ctx.weights:
+            weight.grad.zero_()
         grad_states = grad_states.to(torch.float32).contiguous()
         for k, state in enumerate(ctx.outputs):
             wp.to_torch(state.joint_q.grad).view(n, -1).add_(grad_states[:, k, : env.dof_q])
@@ -241,8 +259,11 @@ class _TapedRollout(torch.autograd.Function):
                 g = g + sim._armature_grad(ctx.solved)
             g = g.view(n, -1, *g.shape[1:])
             grad_values.append(g.sum(0) if len(shape) == g.dim() - 1 else g)
+        grad_weights = [wp.to_torch(w.grad).clone().to(dtype) for w, dtype in zip(ctx.weights, ctx.weight_dtypes,
+                                                                                   strict=True)]
         tape.reset()
-        return (None, None, grad_initial.to(ctx.dtypes[0]), grad_torques.to(ctx.dtypes[1]), *grad_values)
+        return (None, None, grad_initial.to(ctx.dtypes[0]), grad_torques.to(ctx.dtypes[1]), *grad_values,
+                *grad_weights)
 
 
 def rollout_ground_truth(env: Environment, initial_states: torch.Tensor, torques: torch.Tensor,

@@ -28,6 +28,7 @@ import torch
 from tqdm import tqdm
 
 from nerd.envs import make_env
+from nerd.envs.environment import Environment
 from nerd.errors import UserError
 from nerd.frames import quat_angle, quat_inverse, quat_mul, wrap_angle
 from nerd.integrator import NeRDEnsembleIntegrator
@@ -119,7 +120,8 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | NeRDModel 
                      control_mode: str | None = None, compile_model: bool = False,
                      evaluated_robot_variant: str | None = None, mirror: bool = False,
                      size_flags: str = "--num-envs, --num-rollouts or --rollout-horizon", data_margin: float = 0.1,
-                     strict_data_range: bool = False, history_length: int = 10) -> dict[str, Any]:
+                     strict_data_range: bool = False, history_length: int = 10,
+                     evaluated_setup: Callable[[Environment], None] | None = None) -> dict[str, Any]:
     """Passive-motion errors of ``env_mode`` against the ground truth over ``num_rollouts`` trajectories.
 
     Args:
@@ -145,6 +147,10 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | NeRDModel 
             CubeToss ``"sim"`` simulator against its ``"real"`` data: the error of a mismatched analytical model);
             None evaluates the same variant. In neural mode the model is the dynamics; a model of another variant
             is accepted only where the robot's variants are interchangeable (CubeToss).
+        evaluated_setup: In ground-truth mode, evaluate a second ground truth (of ``evaluated_robot_variant`` or the
+            same variant) that this call changes before its first frame, against the unchanged one: e.g. an
+            identified contact material (:meth:`~nerd.envs.environment.Environment.set_model_values`) or a hybrid
+            simulator's ``contact_augmentation``.
 
     Returns:
         A JSON-ready dict: settings, ``metrics`` (mean over all steps and trajectories), ``metrics_by_horizon``
@@ -164,6 +170,8 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | NeRDModel 
         raise UserError("--env-mode neural needs --model-path")
     if evaluated_robot_variant is not None and env_mode != GROUND_TRUTH:
         raise UserError("--evaluated-robot-variant compares two ground truths: it needs --env-mode ground-truth")
+    if evaluated_setup is not None and env_mode != GROUND_TRUTH:
+        raise UserError("evaluated_setup changes a second ground truth: it needs env_mode ground-truth")
     num_envs = min(num_envs, num_rollouts)
     horizons = sorted({h for h in REPORT_HORIZONS if h < horizon} | {horizon})
     # Lower bounds of what grows with the request (a one-env copy gives the state width), checked before any of
@@ -183,11 +191,14 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | NeRDModel 
     else:
         nenv = NeuralEnvironment(env, None, env_mode=GROUND_TRUTH)
     evaluated = nenv
-    if evaluated_robot_variant is not None and evaluated_robot_variant != env.robot_variant:
-        evaluated = NeuralEnvironment(make_env(env_name, num_envs, device=device, contact_config=contact_config,
-                                               mass_matrix_refresh=mass_matrix_refresh,
-                                               robot_variant=evaluated_robot_variant, control_mode=control_mode),
-                                      None, env_mode=GROUND_TRUTH)
+    if evaluated_setup is not None or (evaluated_robot_variant is not None
+                                       and evaluated_robot_variant != env.robot_variant):
+        other = make_env(env_name, num_envs, device=device, contact_config=contact_config,
+                         mass_matrix_refresh=mass_matrix_refresh,
+                         robot_variant=evaluated_robot_variant or robot_variant, control_mode=control_mode)
+        if evaluated_setup is not None:
+            evaluated_setup(other)
+        evaluated = NeuralEnvironment(other, None, env_mode=GROUND_TRUTH)
     generator = torch.Generator().manual_seed(seed)
     # On the rollouts' device, as the errors are: a CPU tensor here made every CUDA evaluation fail.
     last_steps = torch.tensor([h - 1 for h in horizons], device=env.torch_device)
@@ -297,6 +308,7 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | NeRDModel 
         "contact_friction": env.contact_friction,
         "robot_variant": env.robot_variant,
         "evaluated_robot_variant": evaluated.env.robot_variant,
+        "evaluated_setup": evaluated_setup is not None,
         "control_mode": getattr(env, "control_mode", ""),
         "metrics": {name: float(v.mean()) for name, v in per_step.items() if name != "per_dof"},
         "metrics_by_horizon": {

@@ -20,7 +20,9 @@ Huber-smoothed law) into ``state.body_f`` at every substep and hands the solver 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import newton
 import numpy as np
@@ -30,6 +32,21 @@ import warp as wp
 from nerd.frames import transform_point
 
 FRICTION_SMOOTHING = 1.0  # [m/s] delta of warp.sim's Huber norm (its ``friction_smoothing`` default)
+HUBER_TINY = wp.constant(1.0e-18)  # [m²/s²] Huber norms below this slide viscously without a division by the norm
+
+
+class ContactAugmentation(Protocol):
+    """Extra ground-contact forces evaluated inside every substep, before the contact law (an environment's
+    ``contact_augmentation``, e.g. :class:`nerd.hybrid.ContactForceAugmentation`)."""
+
+    def weights(self) -> tuple[torch.Tensor, ...]:
+        """The trainable tensors, in the order :meth:`apply_forces` takes their Warp copies."""
+        ...
+
+    def apply_forces(self, model: newton.Model, state: newton.State, contacts: newton.Contacts | None,
+                     weights: Sequence[wp.array] | None = None) -> None:
+        """Add the forces of ``state``'s contacts to ``state.body_f``, with ``weights`` (or the current ones)."""
+        ...
 
 
 @dataclass
@@ -162,6 +179,18 @@ def huber_norm(v: wp.vec3, delta: float) -> float:
     return delta * (wp.sqrt(a) - 0.5 * delta)
 
 
+@wp.func
+def ground_contact_point(X: wp.transform, point0: wp.vec3, point1: wp.vec3, normal: wp.vec3, margin0: float,
+                        margin1: float):
+    """A robot-ground contact of a Newton contact set (robot shape A, body pose ``X``; body-less ground B; normal
+    stored A -> B): the ground's outward normal n, the robot's contact point p (world, moved by its margin) and
+    the gap d = n·(p − ground point) (negative: penetration)."""
+    n = -normal
+    p = wp.transform_point(X, point0) - margin0 * n
+    d = wp.dot(n, p - (point1 + margin1 * n))
+    return n, p, d
+
+
 @wp.kernel
 def eval_ground_contact_forces(
     body_q: wp.array[wp.transform],
@@ -195,10 +224,9 @@ def eval_ground_contact_forces(
     tid = wp.tid()
     shape = contact_shape[tid]
     body = shape_body[shape]
-    n = -contact_normal[tid]
     X = body_q[body]
-    p = wp.transform_point(X, contact_point0[tid]) - contact_margin0[tid] * n
-    d = wp.dot(n, p - (contact_point1[tid] + contact_margin1[tid] * n))
+    n, p, d = ground_contact_point(X, contact_point0[tid], contact_point1[tid], contact_normal[tid],
+                                   contact_margin0[tid], contact_margin1[tid])
     if d >= shape_ka[shape]:
         return
     r = p - wp.transform_point(X, body_com[body])
@@ -211,8 +239,12 @@ def eval_ground_contact_forces(
     ft = wp.vec3(0.0)
     if d < 0.0:
         h = huber_norm(vt, friction_smoothing)
-        if h > 0.0:
+        if h > HUBER_TINY:
             ft = vt / h * wp.min(shape_kf[shape] * h, -shape_mu[shape] * (fn + fd))
+        elif h > 0.0:
+            # The same force in the viscous regime (kf·h is the smaller term there), without dividing by h: the
+            # adjoint of vt / h would square h below float32's range (NaN gradients of a cube at rest).
+            ft = vt * wp.min(shape_kf[shape], -shape_mu[shape] * (fn + fd) / HUBER_TINY)
     f = n * (fn + fd) + ft
     # f acts on the ground; the robot body gets -f.
     wp.atomic_sub(body_f, body, wp.spatial_vector(f, wp.cross(r, f)))
@@ -275,11 +307,13 @@ class GroundContacts:
             device=self.device,
         )
 
-    def apply_huber_forces(self, model: newton.Model, state: newton.State) -> None:
-        """Add the contact wrenches of ``state`` under the Huber friction law to ``state.body_f``."""
+    def apply_huber_forces(self, model: newton.Model, state: newton.State,
+                           contacts: newton.Contacts | None = None) -> None:
+        """Add the contact wrenches of ``state`` under the Huber friction law to ``state.body_f``, from
+        ``contacts`` (a contact set of this layout, e.g. one per frame on a Warp tape) or this stage's own."""
         if self.contacts is None:
             return
-        c = self.contacts
+        c = self.contacts if contacts is None else contacts
         wp.launch(
             eval_ground_contact_forces,
             dim=self.num_envs * self.count,

@@ -14,7 +14,7 @@ world axes]`` (Newton 1.8: linear first). ``nerd.representation`` builds the rob
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 import newton
@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import warp as wp
 
-from nerd.envs.contacts import GroundContacts
+from nerd.envs.contacts import ContactAugmentation, GroundContacts
 from nerd.envs.interop import torch_waits_for_warp, warp_waits_for_torch
 from nerd.envs.solvers import MAXIMAL_COORDINATE_SOLVERS, SOLVERS, make_solver
 from nerd.errors import RolloutDivergedError, UserError
@@ -176,6 +176,9 @@ class Environment:
         """Torques applied in the last frame, (N, act_dim) [N·m or N]."""
         self.ground = GroundContacts(self.model, num_envs, self.bodies_per_env, self.shapes_per_env)
         """The fixed-size ground contacts: each env's ground plane and the solver's contact set."""
+        self.contact_augmentation: ContactAugmentation | None = None
+        """Extra contact forces inside every substep of the ground truth (a hybrid simulator,
+        :class:`nerd.hybrid.ContactForceAugmentation`); set it before the first frame (a GPU graph captures it)."""
         newton.eval_fk(self.model, self.state_0.joint_q, self.state_0.joint_qd, self.state_0)
         self.refresh_contacts()
 
@@ -373,6 +376,26 @@ class Environment:
         self.sync_torch_writes()
         self.refresh_contacts()
 
+    def set_model_values(self, values: Mapping[str, torch.Tensor]) -> None:
+        """Give every robot copy the same values of the named ``newton.Model`` arrays, each given as one copy's
+        values (e.g. the contact material that a system identification found, :mod:`nerd.sysid`).
+
+        Only arrays the step reads as it runs (shape materials, joint damping, armature, joint poses): body masses,
+        inertias and centres of mass are baked into the solver when it is built, so they are refused.
+        """
+        for name, value in values.items():
+            array = getattr(self.model, name, None)
+            if not isinstance(array, wp.array) or name.startswith("body_"):
+                raise UserError(f"{self.name}: '{name}' is not a model array set_model_values can change")
+            full = wp.to_torch(array)
+            one = (full.shape[0] // self.num_envs, *full.shape[1:])
+            value = torch.as_tensor(value, dtype=full.dtype, device=full.device)
+            if tuple(value.shape) != one:
+                raise UserError(f"{self.name}: '{name}' takes one copy's values of shape {one}, got "
+                                f"{tuple(value.shape)}")
+            full.copy_(value.expand(self.num_envs, *one).reshape(full.shape))
+        self.sync_torch_writes()
+
     def get_contacts(self) -> dict[str, torch.Tensor]:
         """Contact features of the current state, world frame (see :func:`~nerd.envs.contacts.contact_features`).
 
@@ -460,6 +483,8 @@ class Environment:
         for i in range(self.sim_substeps):
             src, dst = states[i % 2], states[(i + 1) % 2]
             src.clear_forces()
+            if self.contact_augmentation is not None:
+                self.contact_augmentation.apply_forces(self.model, src, self.contacts)
             if self.contact_friction == "huber" and self.contacts is not None:
                 # Our law, from the same contact set: wrenches into body_f (Featherstone copies state_in.body_f
                 # into its external forces), and no contacts for the solver's own law.

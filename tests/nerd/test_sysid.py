@@ -5,8 +5,9 @@ import torch
 from nerd.diffsim import GroundTruthRollout
 from nerd.envs import make_env
 from nerd.envs.pendulum import PendulumWithContact
-from nerd.hybrid import JointTorqueAugmentation, hybrid_rollout
+from nerd.hybrid import ContactForceAugmentation, JointTorqueAugmentation, hybrid_rollout
 from nerd.sysid import descend, fit_parameter_scale, parallel_basin_hopping, scaled_parameter
+from tests.nerd.test_diffsim import central_difference, relative_error, sliding_cube
 
 
 def test_recovers_the_pendulum_link_length_from_20_percent_off():
@@ -84,3 +85,43 @@ def test_an_untrained_augmentation_changes_nothing_and_a_trained_one_learns_join
         loss.backward()
         optimiser.step()
     assert errors[-1] < 0.1 * errors[0]
+
+
+def test_contact_augmentation_is_a_no_op_untrained_and_the_same_in_the_environment_and_on_the_tape():
+    """The hook inside the contact law: a zero output layer changes nothing; a trained one changes the motion
+    identically in the environment's frames and on the tape, and its friction output's gradient matches central
+    differences (< 2 %)."""
+    env, start = sliding_cube()
+    torch.manual_seed(0)
+    augmentation = ContactForceAugmentation()
+    plain, hybrid = GroundTruthRollout(env), GroundTruthRollout(env, augmentation)
+    zeros = torch.zeros(2, 3, 0)
+    with torch.no_grad():
+        assert torch.equal(hybrid(start, zeros), plain(start, zeros))
+        augmentation.w2.normal_(0.0, 0.01)
+        augmentation.b2.normal_(0.0, 0.01)
+        taped = hybrid(start, zeros)
+    assert (taped - plain(start, zeros)).abs().max() > 1e-5
+    env.contact_augmentation = augmentation
+    env.set_states(start)
+    stepped = []
+    for _ in range(3):
+        env.step(torch.zeros(2, 0))
+        stepped.append(env.get_states())
+    assert torch.equal(torch.stack(stepped, dim=1), taped)
+
+    weights = torch.randn(2, 3, 13, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+
+    def loss(bias):
+        with torch.no_grad():
+            kept = augmentation.b2.clone()
+            augmentation.b2.copy_(bias)
+        try:
+            return (hybrid(start, zeros).double() * weights).sum()
+        finally:
+            with torch.no_grad():
+                augmentation.b2.copy_(kept)
+
+    (hybrid(start, zeros).double() * weights).sum().backward()
+    fd = central_difference(loss, augmentation.b2.detach(), 3e-3)
+    assert relative_error(augmentation.b2.grad[1:], fd[1:]) < 2e-2

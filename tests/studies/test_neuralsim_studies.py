@@ -1,4 +1,5 @@
-"""studies/pendulum_sysid, cartpole_trajopt and hybrid_friction at tiny sizes: the report's files and input errors."""
+"""studies/pendulum_sysid, cartpole_trajopt, hybrid_friction and cube_sysid at tiny sizes: the report's files and
+input errors."""
 
 import json
 
@@ -6,6 +7,7 @@ from tests.helpers import error_lines, run_script
 
 SYSID = "studies/pendulum_sysid/pendulum_sysid.py"
 TRAJOPT = "studies/cartpole_trajopt/cartpole_trajopt.py"
+CUBE = "studies/cube_sysid/cube_sysid.py"
 
 
 def test_pendulum_sysid_writes_one_grid_per_method(tmp_path, monkeypatch, capsys):
@@ -66,3 +68,34 @@ def test_hybrid_friction_reports_every_model_at_every_size(tmp_path, monkeypatch
                               str(tmp_path / "x.json"), monkeypatch=monkeypatch, capsys=capsys)
     assert code != 0 and error_lines(err) == ["error: --window 80 is longer than a training trajectory "
                                               "(--train-frames 60)"]
+
+
+def test_cube_sysid_identifies_augments_and_evaluates_held_out(tmp_path, monkeypatch, capsys):
+    """Two 'real' tosses of 8 frames, windows of 3: both fits run, each is evaluated on held-out tosses beside the
+    mismatched simulator; a dataset of the sim variant is refused in one line."""
+    from nerd.generation import GenerationConfig, generate_dataset
+
+    data = {}
+    for variant in ("real", "sim"):
+        data[variant] = str(generate_dataset(GenerationConfig("CubeToss", 16, trajectory_length=8, num_envs=2,
+                                                              passive=True, robot_variant=variant),
+                                             tmp_path / f"{variant}.hdf5", progress=False).path)
+    out = tmp_path / "cube.json"
+    args = ("--num-trajectories", "2", "--frames", "6", "--window", "3", "--iterations", "2", "--eval-rollouts", "2",
+            "--finetune-report", "")
+    code, _, err = run_script(CUBE, "--real-train", data["real"], *args, "--output", str(out),
+                              monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 0, err
+    report = json.loads(out.read_text())
+    assert [(f["method"], f["num_trajectories"], f["windows"]) for f in report["fits"]] == [("identify", 2, 4),
+                                                                                        ("augment", 2, 4)]
+    identified = report["fits"][0]
+    assert set(identified["material"]) == {"ke", "kd", "mu"} and len(identified["loss_history"]) == 3
+    for fit in report["fits"]:
+        assert set(fit["held_out"]["metrics_by_horizon"]) == {"74", "100"}
+    assert report["mismatched_simulator"]["num_rollouts"] == 2
+    assert out.with_suffix(".md").is_file() and out.with_suffix(".png").is_file()
+    code, _, err = run_script(CUBE, "--real-train", data["sim"], *args, "--output", str(tmp_path / "x.json"),
+                              monkeypatch=monkeypatch, capsys=capsys)
+    assert code != 0 and error_lines(err) == [f"error: {data['sim']} holds no 'real' CubeToss tosses (env CubeToss, "
+                                              "variant sim)"]

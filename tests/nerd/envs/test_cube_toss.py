@@ -134,9 +134,31 @@ def test_mismatched_simulator_evaluation_and_real_dataset_attributes(tmp_path):
     mismatched = evaluate_passive(**common, evaluated_robot_variant="sim")
     assert same["metrics"]["base_position_error"] == 0.0
     assert mismatched["metrics"]["base_position_error"] > 1e-3
+    # The "sim" cube given the real material (what a system identification would find) is the real ground truth.
+    real = cube_toss.ROBOT_VARIANTS["real"]
+
+    def identified(env):
+        env.set_model_values({f"shape_material_{k}": [real[k]] for k in ("ke", "kd", "mu")})
+
+    corrected = evaluate_passive(**common, evaluated_robot_variant="sim", evaluated_setup=identified)
+    assert corrected["metrics"]["base_position_error"] == 0.0 and corrected["evaluated_setup"]
     assert (mismatched["robot_variant"], mismatched["evaluated_robot_variant"]) == ("real", "sim")
     path = generate_dataset(GenerationConfig("CubeToss", 200, trajectory_length=20, num_envs=10, passive=True,
                                              robot_variant="real"), tmp_path / "real.hdf5", progress=False).path
     with h5py.File(path) as f:
         assert f.attrs["robot_variant"] == "real" and f.attrs["joint_act_dim"] == 0
         assert f["data/joint_acts"].shape[-1] == 0
+
+
+def test_set_model_values_changes_every_copy_and_refuses_what_it_cannot_change():
+    from nerd.errors import UserError
+
+    env = make_env("CubeToss", 3)
+    env.set_model_values({"shape_material_mu": torch.tensor([0.4])})
+    np.testing.assert_allclose(env.model.shape_material_mu.numpy(), [0.4] * 3, rtol=1e-6)
+    with pytest.raises(UserError, match="'body_mass' is not a model array set_model_values can change"):
+        env.set_model_values({"body_mass": [2.0]})
+    with pytest.raises(UserError, match="'nothing' is not a model array"):
+        env.set_model_values({"nothing": [2.0]})
+    with pytest.raises(UserError, match=r"'shape_material_ke' takes one copy's values of shape \(1,\), got \(2,\)"):
+        env.set_model_values({"shape_material_ke": [1.0, 2.0]})

@@ -19,11 +19,11 @@ from nerd.features import RobotSignature, signature_of_env
 from nerd.generation import GenerationConfig, generate_dataset
 from nerd.models.nerd_model import NeRDModel
 from nerd.modes import GROUND_TRUTH
+from nerd.rl import transfer
 from nerd.rl.config import load_rl_config, with_num_envs
 from nerd.rl.playback import play_policy
 from nerd.rl.policy_data import collect_policy_data
 from nerd.rl.train import train_policy
-from nerd.rl import transfer
 from nerd.rl.transfer import TransferConfig, run_transfer_loop
 from nerd.rl.vec_env import make_vec_env
 from tests.helpers import REPO, TINY
