@@ -92,6 +92,10 @@ class GenerationConfig:
     rare in the other two, see docs/notebook/accuracy.md)."""
     compression: str | None = "lzf"
     """HDF5 compression filter: ``"lzf"`` (about half the size, a few % slower), ``"gzip"`` or None."""
+    model_values: dict[str, list[float]] | None = None
+    """Other physics than the robot's own (our option): values of its Newton model arrays, one copy's each, e.g.
+    ``{"joint_damping": [20.0, 10.0]}`` (:meth:`~nerd.envs.environment.Environment.set_model_values`); None keeps
+    the robot's. Recorded in the file's ``generator_settings``; the robot signature stays the robot's."""
 
     def __post_init__(self) -> None:
         if self.num_transitions < 1:
@@ -186,6 +190,7 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
     env = make_env(cfg.env_name, num_envs, device=device, solver=cfg.solver, contact_config=cfg.contact_config,
                    mass_matrix_refresh=cfg.mass_matrix_refresh, contact_friction=cfg.contact_friction,
                    robot_variant=cfg.robot_variant, control_mode=cfg.control_mode)
+    env.set_model_values(cfg.model_values or {})
     _check_robot_option("--pd-gains", cfg.pd_gains, env.pd_gain_boxes, f"{cfg.env_name} has the gain boxes",
                         f"{cfg.env_name}'s data does not go through a PD controller (only Anymal's does)")
     if (cfg.torque_scale != "full" or cfg.torque_hold_frames > 1) and env.random_control == "actions":

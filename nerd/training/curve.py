@@ -13,7 +13,8 @@ from nerd.training.config import ROLLOUT_DIVERGED
 
 def write_training_curve(logdir: str | Path, history: list[dict[str, Any]]) -> None:
     """Write a run's per-epoch record as ``curve.csv`` and ``curve.png`` (validation loss and every rollout-check
-    metric against the training windows seen, log-log), both replaced atomically after every epoch."""
+    metric against the training windows seen, log-log), both replaced atomically (the training loop: after an epoch
+    at most every ``CURVE_INTERVAL`` seconds, and at its end)."""
     if not history:
         return
     import csv

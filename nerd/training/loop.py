@@ -38,6 +38,10 @@ from nerd.training.epoch import Candidate, Progress, best_score_meaning, evaluat
 from nerd.training.resume import ResumeState, RunStart, init_or_resume, joint_limits, weight_average
 from nerd.training.schedule import validation_loss
 
+CURVE_INTERVAL = 30.0
+"""Seconds between two rewrites of ``curve.csv``/``curve.png`` during a run (and once at its end): a plot per epoch
+cost more than the epochs of a run on a few trajectories."""
+
 
 @dataclass(frozen=True)
 class RunRequest:
@@ -180,6 +184,7 @@ def _train_loop(cfg: TrainConfig, request: RunRequest, start: RunStart, train_da
     # Wall-clock seconds of the run before it was interrupted, so that a resumed run's summary counts the whole run.
     earlier_seconds = start.previous.train_seconds
     started = time.perf_counter()
+    curve_written = -math.inf
     # A resumed run continues its budget (and the learning rate that decays over it) where its last epoch ended.
     # The steps the interrupted run took (an epoch cut short by its budget has fewer than steps_per_epoch);
     # checkpoints from before this was recorded fall back to whole epochs.
@@ -236,11 +241,14 @@ def _train_loop(cfg: TrainConfig, request: RunRequest, start: RunStart, train_da
             resume_state.train_seconds = earlier_seconds + time.perf_counter() - started
             save_checkpoint(last_path, model, sig, config_dict, history_length=cfg.history_length, epoch=epoch,
                             optimizer=start.optimizer, extra=resume_state.to_extra())
-            write_training_curve(logdir, history)
+            if time.perf_counter() - curve_written >= CURVE_INTERVAL:
+                write_training_curve(logdir, history)
+                curve_written = time.perf_counter()
             print(" ".join(f"{k} {v:.5g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()),
                   flush=True)
     if not rank.is_main:
         return {}
+    write_training_curve(logdir, history)
     if not best_path.exists():
         print(f"no epoch's rollout check stayed finite: {best_path} was not written; {last_path} is the last epoch",
               flush=True)

@@ -16,7 +16,11 @@ steps through the tape or ``--lstm-iterations`` cheap steps of the LSTM (about t
   two parameters: what system identification does when the missing physics is known);
 * ``hybrid``: the analytical step plus :class:`nerd.hybrid.JointTorqueAugmentation`, a torque per joint from
   (q, q̇), trained through the tape with a sparse-group-lasso penalty on its inputs (``--lasso``);
-* ``lstm``: an LSTM that predicts each frame's state change from the state, learning the whole dynamics.
+* ``lstm``: an LSTM that predicts each frame's state change from the state, learning the whole dynamics;
+* ``nerd``: a NeRD model (the pendulum's CPU architecture, ``cfg/train/PendulumWithContact/cpu.yaml``) trained by
+  NeRD's own recipe (one-step targets over histories of 10) on the same trajectories written as a dataset
+  (:class:`nerd.generation.GenerationConfig` with ``model_values`` = the damping), for ``--nerd-minutes`` of wall
+  time, the checkpoint picked by the loss on 8 other damped trajectories; rolled out as the integrator does.
 
 Writes the JSON, a Markdown table and a PNG (error against training transitions, inside and beyond the horizon):
 
@@ -26,12 +30,17 @@ Writes the JSON, a Markdown table and a PNG (error against training transitions,
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
+from pathlib import Path
 
 from nerd.cli import make_parser, run_main, write_study_report
 from nerd.errors import UserError
 
-MODELS = ("analytical", "identified", "hybrid", "lstm")
+REPO = Path(__file__).resolve().parents[2]
+MODELS = ("analytical", "identified", "hybrid", "lstm", "nerd")
+NERD_CFG = "cfg/train/PendulumWithContact/cpu.yaml"
+NERD_HISTORY = 10  # the history_length of NERD_CFG
 STATE_SCALE = (1.0, 1.0, 5.0, 5.0)
 """Units of the loss per state coordinate (q0, q1 [rad], q̇0, q̇1 [rad/s]): rates run about 5x the angles."""
 
@@ -51,6 +60,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--iterations", type=int, default=150, help="Adam steps of the models trained through the tape")
     parser.add_argument("--lstm-iterations", type=int, default=5000,
                         help="Adam steps of the LSTM (cheap steps: 5000 take about the hybrid's wall time)")
+    parser.add_argument("--nerd-minutes", type=float, default=0.5,
+                        help="wall minutes of optimiser steps of each NeRD training run (about a minute in all)")
     parser.add_argument("--lasso", type=float, default=1e-4, help="sparse-group-lasso weight of the hybrid")
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS), help="models to run")
     parser.add_argument("--seed", type=int, default=0, help="seed of the data and the training")
@@ -66,6 +77,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.window > args.train_frames:
         raise UserError(f"--window {args.window} is longer than a training trajectory (--train-frames "
                         f"{args.train_frames})")
+    if "nerd" in args.models and args.train_frames < NERD_HISTORY:
+        raise UserError(f"--train-frames {args.train_frames} is shorter than the NeRD model's history "
+                        f"({NERD_HISTORY} frames)")
     if args.eval_frames < args.train_frames:
         raise UserError("--eval-frames must be at least --train-frames (the error beyond the horizon)")
     return args
@@ -181,11 +195,55 @@ def run_study(args: argparse.Namespace) -> dict:
                 slope = (augmentation(probe) - augmentation(torch.zeros(1, 4))).T  # (joint, rate of joint)
             return {**row, "seconds": seconds, "input_importance": augmentation.input_importance().tolist(),
                     "torque_per_rate": slope.tolist()}
+        if model == "nerd":
+            return fit_nerd(n)
         lstm = DynamicsLSTM(4)
         seconds = train(lambda x, h: lstm.rollout(x, h), list(lstm.parameters()), n, lr=3e-3,
                         iterations=args.lstm_iterations)
         return {**errors(lambda x, h: lstm.rollout(x, h)), "seconds": seconds}
 
+    workdir = tempfile.TemporaryDirectory(prefix="hybrid_friction_")
+
+    def nerd_data() -> dict[str, str]:
+        """The training trajectories (checked to be the study's) and 8 validation ones, as NeRD datasets."""
+        from nerd.datasets.hdf5 import load_trajectories
+        from nerd.generation import GenerationConfig, generate_dataset
+
+        files = {}
+        for name, count, seed in (("train", largest, args.seed), ("valid", 8, args.seed + 2)):
+            cfg = GenerationConfig("PendulumWithContact", count * args.train_frames, args.train_frames, count, seed,
+                                   passive=True, contact_config=0, model_values={"joint_damping": args.damping})
+            files[name] = generate_dataset(cfg, Path(workdir.name) / f"{name}.hdf5", progress=False).path
+        loaded = load_trajectories(files["train"], ("states", "next_states"))
+        written = {k: torch.as_tensor(v) for k, v in loaded.items()}
+        if not torch.allclose(torch.cat([written["states"][:, :1], written["next_states"]], dim=1), train_data,
+                              atol=1e-5):
+            raise RuntimeError("the NeRD dataset is not the study's training trajectories")
+        return files
+
+    def fit_nerd(n: int) -> dict:
+        from nerd.config import load_config
+        from nerd.diffsim import rollout_neural
+        from nerd.training import TrainConfig, train
+
+        if "files" not in nerd_files:
+            nerd_files["files"] = nerd_data()
+        files = nerd_files["files"]
+        cfg = load_config(REPO / NERD_CFG, TrainConfig, [
+            f"dataset.train={files['train']}", f"dataset.valid={files['valid']}", f"dataset.max_train_trajectories={n}",
+            f"time_budget_minutes={args.nerd_minutes}", "time_budget_clock=wall", "num_epochs=100000",
+            "batches_per_epoch=20", "valid_batches=3",
+            "best_checkpoint_by=valid_loss", "rollout_eval.num_envs=0"])
+        # The recipe's batch, or every window of the smaller sets (51 per trajectory at history 10).
+        cfg.batch_size = min(cfg.batch_size, n * (args.train_frames - cfg.history_length + 1))
+        started = time.perf_counter()
+        summary = train(cfg, Path(workdir.name) / f"nerd_{n}", seed=args.seed, progress=False)
+        seconds = time.perf_counter() - started
+        env = make_env("PendulumWithContact", args.eval_trajectories, contact_config=0, use_graph=False)
+        row = errors(lambda x, h: rollout_neural(summary["best_checkpoint"], env, x, frames_eval[: len(x), :h]))
+        return {**row, "seconds": seconds, "optimizer_steps": summary["optimizer_steps"]}
+
+    nerd_files: dict[str, dict] = {}
     results: dict[str, dict] = {}
     if "analytical" in args.models:
         results["analytical"] = {"all sizes": errors(lambda x, h: sim(len(x))(x, frames_eval[: len(x), :h]))}

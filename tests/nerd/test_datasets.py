@@ -323,3 +323,24 @@ def test_progress_bar_counts_the_transitions_written(tmp_path, monkeypatch, caps
     assert (summary.num_transitions, summary.num_dropped) == (50, 4)
     counts = [int(n) for n in re.findall(r"(\d+)/50 ", capsys.readouterr().err)]
     assert counts[-1] == 50 and max(counts) == 50
+
+
+def test_model_values_generate_other_physics_and_are_recorded(tmp_path):
+    """Joint damping given as model values slows the same passive trajectories (same seed: same initial states), is
+    recorded in the generator settings, and the robot signature stays the robot's; an unknown array is refused."""
+    common = dict(env_name="PendulumWithContact", num_transitions=40, trajectory_length=20, num_envs=2, passive=True,
+                  contact_config=0)
+    plain = generate_dataset(GenerationConfig(**common), tmp_path / "plain.hdf5", progress=False).path
+    damped = generate_dataset(GenerationConfig(**common, model_values={"joint_damping": [20.0, 10.0]}),
+                              tmp_path / "damped.hdf5", progress=False).path
+    a, b = (load_trajectories(p, ("states", "next_states")) for p in (plain, damped))
+    np.testing.assert_array_equal(a["states"][:, 0], b["states"][:, 0])
+    speed = [np.abs(d["next_states"][:, -1, 2:]).mean() for d in (a, b)]
+    assert speed[1] < 0.9 * speed[0]
+    attrs = read_attrs(damped)
+    assert attrs["generator_settings"]["model_values"] == {"joint_damping": [20.0, 10.0]}
+    assert attrs["env_name"] == read_attrs(plain)["env_name"]
+    with pytest.raises(UserError, match="'joint_friction' is not a model array"):
+        generate_dataset(GenerationConfig(**common, model_values={"joint_friction": [1.0, 1.0]}),
+                         tmp_path / "x.hdf5", progress=False)
+    assert not (tmp_path / "x.hdf5").exists()

@@ -53,17 +53,18 @@ def test_cartpole_trajopt_plays_each_plan_in_both_simulators(tmp_path, monkeypat
 
 def test_hybrid_friction_reports_every_model_at_every_size(tmp_path, monkeypatch, capsys):
     out = tmp_path / "hybrid.json"
-    code, _, err = run_script("studies/hybrid_friction/hybrid_friction.py", "--sizes", "1", "2", "--train-frames", "6",
-                              "--eval-frames", "8", "--eval-trajectories", "2", "--window", "3", "--batch", "2",
-                              "--iterations", "2", "--output", str(out), monkeypatch=monkeypatch, capsys=capsys)
+    code, _, err = run_script("studies/hybrid_friction/hybrid_friction.py", "--sizes", "1", "2", "--train-frames", "12",
+                              "--eval-frames", "14", "--eval-trajectories", "2", "--window", "3", "--batch", "2",
+                              "--iterations", "2", "--lstm-iterations", "2", "--nerd-minutes", "0.002", "--output",
+                              str(out), monkeypatch=monkeypatch, capsys=capsys)
     assert code == 0, err
     results = json.loads(out.read_text())["results"]
     assert set(results["analytical"]) == {"all sizes"}
-    for model in ("identified", "hybrid", "lstm"):
-        assert set(results[model]) == {"6 transitions", "12 transitions"}
-    hybrid = results["hybrid"]["12 transitions"]
+    for model in ("identified", "hybrid", "lstm", "nerd"):
+        assert set(results[model]) == {"12 transitions", "24 transitions"}
+    hybrid = results["hybrid"]["24 transitions"]
     assert len(hybrid["input_importance"]) == 2 and len(hybrid["input_importance"][0]) == 4
-    assert len(results["identified"]["6 transitions"]["damping"]) == 2
+    assert len(results["identified"]["12 transitions"]["damping"]) == 2
     code, _, err = run_script("studies/hybrid_friction/hybrid_friction.py", "--window", "80", "--output",
                               str(tmp_path / "x.json"), monkeypatch=monkeypatch, capsys=capsys)
     assert code != 0 and error_lines(err) == ["error: --window 80 is longer than a training trajectory "
