@@ -340,7 +340,7 @@ def test_model_values_generate_other_physics_and_are_recorded(tmp_path):
     attrs = read_attrs(damped)
     assert attrs["generator_settings"]["model_values"] == {"joint_damping": [20.0, 10.0]}
     assert attrs["env_name"] == read_attrs(plain)["env_name"]
-    with pytest.raises(UserError, match="'joint_friction' is not a model array"):
-        generate_dataset(GenerationConfig(**common, model_values={"joint_friction": [1.0, 1.0]}),
+    with pytest.raises(UserError, match="'no_such_array' is not a model array"):
+        generate_dataset(GenerationConfig(**common, model_values={"no_such_array": [1.0, 1.0]}),
                          tmp_path / "x.hdf5", progress=False)
     assert not (tmp_path / "x.hdf5").exists()
