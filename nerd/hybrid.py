@@ -28,7 +28,7 @@ import warp as wp
 from torch import nn
 
 from nerd.diffsim import GroundTruthRollout
-from nerd.envs.contacts import ground_contact_point
+from nerd.envs.contacts import contact_point_velocity, ground_contact_point
 
 
 class JointTorqueAugmentation(nn.Module):
@@ -113,11 +113,7 @@ def eval_contact_augmentation(
                                    contact_margin0[tid], contact_margin1[tid])
     if d >= 0.0:
         return
-    r = p - wp.transform_point(X, body_com[body])
-    twist = body_qd[body]
-    v = wp.spatial_top(twist) + wp.cross(wp.spatial_bottom(twist), r)
-    vn = wp.dot(n, v)
-    vt = v - n * vn
+    r, vn, vt = contact_point_velocity(X, body_com[body], body_qd[body], n, p)
     speed = wp.sqrt(wp.dot(vt, vt) + CONTACT_SPEED_EPS * CONTACT_SPEED_EPS)
     x0 = d / gap_scale
     x1 = vn / speed_scale

@@ -191,6 +191,16 @@ def ground_contact_point(X: wp.transform, point0: wp.vec3, point1: wp.vec3, norm
     return n, p, d
 
 
+@wp.func
+def contact_point_velocity(X: wp.transform, com: wp.vec3, twist: wp.spatial_vector, n: wp.vec3, p: wp.vec3):
+    """At point p (world) of a body with pose X, centre of mass ``com`` (body frame) and Newton twist (COM velocity,
+    angular velocity): the lever r from the COM, and the point's velocity along n and across it."""
+    r = p - wp.transform_point(X, com)
+    v = wp.spatial_top(twist) + wp.cross(wp.spatial_bottom(twist), r)
+    vn = wp.dot(n, v)
+    return r, vn, v - n * vn
+
+
 @wp.kernel
 def eval_ground_contact_forces(
     body_q: wp.array[wp.transform],
@@ -229,11 +239,7 @@ def eval_ground_contact_forces(
                                    contact_margin0[tid], contact_margin1[tid])
     if d >= shape_ka[shape]:
         return
-    r = p - wp.transform_point(X, body_com[body])
-    twist = body_qd[body]
-    v = wp.spatial_top(twist) + wp.cross(wp.spatial_bottom(twist), r)
-    vn = wp.dot(n, v)
-    vt = v - n * vn
+    r, vn, vt = contact_point_velocity(X, body_com[body], body_qd[body], n, p)
     fn = d * shape_ke[shape]
     fd = wp.min(vn, 0.0) * shape_kd[shape] * wp.step(d)
     ft = wp.vec3(0.0)
