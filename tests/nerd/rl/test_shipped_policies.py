@@ -36,6 +36,25 @@ def test_shipped_policy_loads_with_its_config_and_acts(checkpoint):
     assert str(checkpoint.relative_to(REPO)) in evaluated, evaluated
 
 
+LOOP_POLICIES = sorted((REPO / "pretrained_models/RL_policies").glob("*/*/*.pth"))
+"""Policies a transfer loop trained (e.g. Anymal/forward_refined/): each with its loop's record and evaluation."""
+
+
+@pytest.mark.parametrize("checkpoint", LOOP_POLICIES, ids=lambda p: str(p.relative_to(p.parents[2])))
+def test_transfer_loop_policy_loads_with_its_config_and_acts(checkpoint):
+    """The policy plays in the ground truth with its own config (whose NeRD model is the shipped refined one),
+    and its folder documents it: README, the loop's record and its 2048-episode evaluation."""
+    folder = checkpoint.parent
+    cfg = with_num_envs(load_rl_config(folder / "config.yaml", ["env.env_mode=ground-truth"]), 2)
+    assert (REPO / cfg.env.nerd_model_path).is_file(), cfg.env.nerd_model_path
+    vec_env = make_vec_env(cfg.env)
+    actions = load_policy(cfg, checkpoint, vec_env.get_env_info())(vec_env.reset())
+    assert actions.shape == (2, vec_env.get_env_info()["action_space"].shape[0]) and torch.isfinite(actions).all()
+    for name in ("README.md", "loop.json", "eval.json", "eval.md"):
+        assert (folder / name).is_file(), name
+    assert json.loads((folder / "eval.json").read_text())["rows"][-1]["ground-truth"]["num_games"] == 2048
+
+
 def test_relative_model_paths_resolve_from_cwd_then_repository_then_config_folder(tmp_path, monkeypatch):
     """A config's relative nerd_model_path: the working directory first, then the repository root, then the
     config's own folder; a path found nowhere stays as written and the error says how to name the model."""
