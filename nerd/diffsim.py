@@ -166,14 +166,8 @@ class GroundTruthRollout:
                         # A substep that refreshes the mass matrix gets its own buffers (CubeToss refreshes at
                         # every substep).
                         self._fresh_mass_matrix()
-                    src, dst = states[k * substeps + i], states[k * substeps + i + 1]
-                    if self.contact_augmentation is not None:
-                        self.contact_augmentation.apply_forces(model, src, contacts, weights)
-                    huber = env.contact_friction == "huber" and contacts is not None
-                    if huber:
-                        # As the environment steps this law: wrenches into body_f, no contacts for the solver.
-                        env.ground.apply_huber_forces(model, src, contacts)
-                    self.solver.step(src, dst, controls[k], None if huber else contacts, env.sim_dt)
+                    env.substep(model, self.solver, states[k * substeps + i], states[k * substeps + i + 1],
+                                controls[k], contacts, self.contact_augmentation, weights)
         outputs = [states[(k + 1) * substeps] for k in range(frames)]
         return tape, states[0], controls, outputs, states[1:]
 

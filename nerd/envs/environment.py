@@ -478,20 +478,26 @@ class Environment:
         """Re-run the collision stage for the current state (after a state was written from outside)."""
         self.ground.detect(self.state_0.body_q)
 
+    def substep(self, model: newton.Model, solver, src: newton.State, dst: newton.State, control: newton.Control,
+                contacts: newton.Contacts | None, augmentation: ContactAugmentation | None = None,
+                weights: Sequence[wp.array] | None = None) -> None:
+        """One ground-truth substep of ``model`` (this robot's, or its differentiable rebuild) from ``src`` to
+        ``dst``: the contact augmentation's forces (with ``weights``, see :class:`ContactAugmentation`) and, under
+        the Huber law, the contact wrenches go into ``src.body_f`` (Featherstone copies it into its external
+        forces); the solver gets the contact set only under Newton's own law."""
+        if augmentation is not None:
+            augmentation.apply_forces(model, src, contacts, weights)
+        huber = self.contact_friction == "huber" and contacts is not None
+        if huber:
+            self.ground.apply_huber_forces(model, src, contacts)
+        solver.step(src, dst, control, None if huber else contacts, self.sim_dt)
+
     def _simulate_frame(self) -> None:
         states = (self.state_0, self.state_1)
         for i in range(self.sim_substeps):
             src, dst = states[i % 2], states[(i + 1) % 2]
             src.clear_forces()
-            if self.contact_augmentation is not None:
-                self.contact_augmentation.apply_forces(self.model, src, self.contacts)
-            if self.contact_friction == "huber" and self.contacts is not None:
-                # Our law, from the same contact set: wrenches into body_f (Featherstone copies state_in.body_f
-                # into its external forces), and no contacts for the solver's own law.
-                self.ground.apply_huber_forces(self.model, src)
-                self.solver.step(src, dst, self.control, None, self.sim_dt)
-            else:
-                self.solver.step(src, dst, self.control, self.contacts, self.sim_dt)
+            self.substep(self.model, self.solver, src, dst, self.control, self.contacts, self.contact_augmentation)
         # state_0 always holds the current state, so the captured graph can be replayed as is.
         if self.sim_substeps % 2 == 1:
             self.state_0.assign(self.state_1)

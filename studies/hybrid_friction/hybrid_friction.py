@@ -30,6 +30,7 @@ Writes the JSON, a Markdown table and a PNG (error against training transitions,
 from __future__ import annotations
 
 import argparse
+import functools
 import tempfile
 import time
 from pathlib import Path
@@ -204,6 +205,7 @@ def run_study(args: argparse.Namespace) -> dict:
 
     workdir = tempfile.TemporaryDirectory(prefix="hybrid_friction_")
 
+    @functools.cache
     def nerd_data() -> dict[str, str]:
         """The training trajectories (checked to be the study's) and 8 validation ones, as NeRD datasets."""
         from nerd.datasets.hdf5 import load_trajectories
@@ -226,9 +228,7 @@ def run_study(args: argparse.Namespace) -> dict:
         from nerd.diffsim import rollout_neural
         from nerd.training import TrainConfig, train
 
-        if "files" not in nerd_files:
-            nerd_files["files"] = nerd_data()
-        files = nerd_files["files"]
+        files = nerd_data()
         cfg = load_config(REPO / NERD_CFG, TrainConfig, [
             f"dataset.train={files['train']}", f"dataset.valid={files['valid']}", f"dataset.max_train_trajectories={n}",
             f"time_budget_minutes={args.nerd_minutes}", "time_budget_clock=wall", "num_epochs=100000",
@@ -243,7 +243,6 @@ def run_study(args: argparse.Namespace) -> dict:
         row = errors(lambda x, h: rollout_neural(summary["best_checkpoint"], env, x, frames_eval[: len(x), :h]))
         return {**row, "seconds": seconds, "optimizer_steps": summary["optimizer_steps"]}
 
-    nerd_files: dict[str, dict] = {}
     results: dict[str, dict] = {}
     if "analytical" in args.models:
         results["analytical"] = {"all sizes": errors(lambda x, h: sim(len(x))(x, frames_eval[: len(x), :h]))}
