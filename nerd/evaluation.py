@@ -110,6 +110,7 @@ def rollout(nenv: NeuralEnvironment, initial_states: torch.Tensor, horizon: int,
         states.append(nenv.get_states())
         if on_step is not None:
             on_step()
+    nenv.check_diverged()  # the frames since the last read of a captured frame's NaN flags
     return torch.stack(states)
 
 
@@ -121,7 +122,8 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | NeRDModel 
                      evaluated_robot_variant: str | None = None, mirror: bool = False,
                      size_flags: str = "--num-envs, --num-rollouts or --rollout-horizon", data_margin: float = 0.1,
                      strict_data_range: bool = False, history_length: int = 10,
-                     evaluated_setup: Callable[[Environment], None] | None = None) -> dict[str, Any]:
+                     evaluated_setup: Callable[[Environment], None] | None = None,
+                     capture_frame: bool = False) -> dict[str, Any]:
     """Passive-motion errors of ``env_mode`` against the ground truth over ``num_rollouts`` trajectories.
 
     Args:
@@ -136,6 +138,8 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | NeRDModel 
         control_mode: Controller of robots with several (Anymal, Franka) that turns the zero actions into
             torques; None for the robot's default.
         compile_model: ``torch.compile`` the NeRD model's per-step prediction (see :class:`NeuralEnvironment`).
+        capture_frame: Replay each neural frame as one CUDA graph (see :class:`NeuralEnvironment`; a divergence is
+            then raised up to :data:`~nerd.neural_environment.NAN_CHECK_FRAMES` frames late).
         mirror: Average each model's prediction with that of the robot's mirror image (our option, see
             :class:`NeuralEnvironment`).
         size_flags: What a too-large request tells the user to lower (the caller's names for the sizes).
@@ -185,9 +189,9 @@ def evaluate_passive(env_name: str, model_path: str | Sequence[str] | NeRDModel 
                    mass_matrix_refresh=mass_matrix_refresh, robot_variant=robot_variant, control_mode=control_mode)
     sample = initial_state_sampler(env, initial_states)
     if isinstance(model_path, NeRDModel):
-        nenv = NeuralEnvironment(env, model_path, GROUND_TRUTH, history_length, compile_model, mirror)
+        nenv = NeuralEnvironment(env, model_path, GROUND_TRUTH, history_length, compile_model, mirror, capture_frame)
     elif model_path:
-        nenv = NeuralEnvironment.from_checkpoint(env, model_path, GROUND_TRUTH, compile_model, mirror)
+        nenv = NeuralEnvironment.from_checkpoint(env, model_path, GROUND_TRUTH, compile_model, mirror, capture_frame)
     else:
         nenv = NeuralEnvironment(env, None, env_mode=GROUND_TRUTH)
     evaluated = nenv

@@ -5,6 +5,10 @@ analytical solver at any step. Everything else (controllers, torques, contacts, 
 :class:`~nerd.envs.environment.Environment`'s, so code written against :class:`~nerd.envs.protocol.RobotEnv`
 cannot tell the modes apart except by the numbers. In ground-truth mode the NeRD history is still recorded, so
 switching to neural mid-rollout starts from a full history.
+
+With ``capture_frame`` (our option, for GPUs) a neural frame (features, network, integration, forward kinematics
+and the contact refresh) is one CUDA graph, recorded once and replayed (:class:`~nerd.envs.interop.FrameGraph`);
+on a CPU the same code runs uncaptured.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import torch
 
 from nerd.checkpoint import load_checkpoint
 from nerd.envs.environment import Environment
+from nerd.envs.interop import FrameGraph
 from nerd.errors import UserError
 from nerd.features import (
     JOINT_LIMIT_LOOKAHEAD,
@@ -28,6 +33,11 @@ from nerd.features import (
 from nerd.integrator import NeRDEnsembleIntegrator, NeRDIntegrator
 from nerd.models.nerd_model import NeRDModel
 from nerd.modes import ENV_MODES, GROUND_TRUTH, NEURAL
+
+NAN_CHECK_FRAMES = 16
+"""With ``capture_frame``: neural frames between two reads of the NaN flags the frames write on the device. A
+divergence is raised up to this many frames late (the frames in between run on with non-finite states); resets
+read the flags too, so an episode's end never hides one."""
 
 
 class NeuralEnvironment:
@@ -44,11 +54,17 @@ class NeuralEnvironment:
         mirror: Our option, for robots with a reflection symmetry (``Environment.mirror_joint_signs``): every model
             also steps the mirror image of the robot, and the ensemble averages both predictions (two network calls
             per model; see :class:`~nerd.integrator.NeRDIntegrator`'s ``mirror_signs``).
+        capture_frame: Our option, for GPUs: run every neural frame as one replayed CUDA graph (a GPU runs the
+            uncaptured frame as a sequence of small launches, each waiting for the host). The NaN check then reads
+            a flag every ``nan_check_frames`` frames and at resets instead of after every frame. On a CPU the same
+            code runs uncaptured, with the same deferred check.
+        nan_check_frames: With ``capture_frame``: frames between two reads of the NaN flags
+            (:data:`NAN_CHECK_FRAMES`).
     """
 
     def __init__(self, env: Environment, nerd_model: NeRDModel | Sequence[NeRDModel] | None = None,
                  env_mode: str = NEURAL, history_length: int | Sequence[int] = 10, compile_model: bool = False,
-                 mirror: bool = False):
+                 mirror: bool = False, capture_frame: bool = False, nan_check_frames: int = NAN_CHECK_FRAMES):
         self.env = env
         """The wrapped robot environment."""
         self.name, self.num_envs, self.frame_dt = env.name, env.num_envs, env.frame_dt
@@ -68,6 +84,17 @@ class NeuralEnvironment:
         # The signature of the (first) model: a model that reads joint limits (our options joint_limit_inputs,
         # joint_limit_lookahead) has their groups.
         self.signature = self.integrator.signature if self.integrator is not None else signature_of_env(env)
+        if nan_check_frames < 1:
+            raise UserError(f"nan_check_frames must be at least 1, got {nan_check_frames}")
+        self.capture_frame = capture_frame and self.integrator is not None
+        """Whether neural frames run as a :class:`~nerd.envs.interop.FrameGraph` (replayed on a GPU)."""
+        self.nan_check_frames = nan_check_frames
+        self.frame_graph = FrameGraph(self._neural_frame, env.device) if self.capture_frame else None
+        """With ``capture_frame``: the neural frame (:class:`~nerd.envs.interop.FrameGraph`; ``captured`` once a GPU
+        has recorded it); None otherwise."""
+        self._unchecked_frames = 0
+        if self.capture_frame:
+            self.integrator.set_nan_check(True, deferred=True)
         self.env_mode = ""
         self.set_env_mode(env_mode)
 
@@ -87,10 +114,11 @@ class NeuralEnvironment:
 
     @classmethod
     def from_checkpoint(cls, env: Environment, path: str | Path | Sequence[str | Path], env_mode: str = NEURAL,
-                        compile_model: bool = False, mirror: bool = False) -> NeuralEnvironment:
+                        compile_model: bool = False, mirror: bool = False, capture_frame: bool = False
+                        ) -> NeuralEnvironment:
         """Load a NeRD checkpoint for ``env``, or several as an ensemble (:class:`NeRDEnsembleIntegrator`, our
-        option), each also mirrored with ``mirror`` (our option); a checkpoint for another robot or layout is a
-        ValueError."""
+        option), each also mirrored with ``mirror`` (our option), stepped as a graph with ``capture_frame`` (our
+        option); a checkpoint for another robot or layout is a ValueError."""
         paths = [path] if isinstance(path, (str, Path)) else list(path)
         models, lengths = [], []
         for one in paths:
@@ -99,7 +127,8 @@ class NeuralEnvironment:
             check_checkpoint_for_env(signature, env)
             models.append(nerd_model)
             lengths.append(payload["history_length"])
-        return cls(env, models, env_mode, history_length=lengths, compile_model=compile_model, mirror=mirror)
+        return cls(env, models, env_mode, history_length=lengths, compile_model=compile_model, mirror=mirror,
+                   capture_frame=capture_frame)
 
     # ----------------------------------------------------------------------------------------------
     # mode
@@ -120,7 +149,17 @@ class NeuralEnvironment:
     def set_nan_check(self, enabled: bool) -> None:
         """Raise on a non-finite neural state (on, the default) or leave divergence to the caller (off)."""
         if self.integrator is not None:
-            self.integrator.set_nan_check(enabled)
+            self.integrator.set_nan_check(enabled, deferred=self.capture_frame)
+        if self.frame_graph is not None:
+            self.frame_graph.reset()  # the recorded frame writes the flags or not
+            self._unchecked_frames = 0
+
+    def check_diverged(self) -> None:
+        """With ``capture_frame``: raise now for a divergence (or non-finite torques) the frames since the last check
+        recorded on the device (one host synchronisation); nothing to do otherwise."""
+        if self.capture_frame:
+            self._unchecked_frames = 0
+            self.integrator.raise_if_diverged()
 
     # ----------------------------------------------------------------------------------------------
     # RobotEnv: stepping and resets
@@ -148,18 +187,31 @@ class NeuralEnvironment:
             if check_finite:
                 env.check_states_finite()
             return
+        if self.frame_graph is None:
+            self._neural_frame()
+            return
+        self.frame_graph()
+        self._unchecked_frames += 1
+        if self._unchecked_frames >= self.nan_check_frames:
+            self.check_diverged()
+
+    def _neural_frame(self) -> None:
+        """One NeRD frame from the torques in the control: the prediction, the new state and its contacts."""
+        env = self.env
         self.integrator.step(env.state_0, env.state_0, env.control, env.contacts, env.frame_dt)
         env.refresh_contacts()
 
     def reset(self, env_ids: Sequence[int] | torch.Tensor | None = None, states: torch.Tensor | None = None,
               generator: torch.Generator | None = None) -> None:
         """Reset ``env_ids`` (all if None) to ``states`` or random ones; only their NeRD histories are cleared."""
+        self.check_diverged()  # before the reset clears the flags of the envs it restarts
         self.env.reset(env_ids, states, generator)
         if self.integrator is not None:
             self.integrator.clear_history(env_ids)
 
     def set_states(self, states: torch.Tensor, env_ids: Sequence[int] | torch.Tensor | None = None) -> None:
         """Overwrite states; the written envs start a new NeRD history (their past no longer applies)."""
+        self.check_diverged()
         self.env.set_states(states, env_ids)
         if self.integrator is not None:
             self.integrator.clear_history(env_ids)

@@ -2,7 +2,12 @@
 
 import runpy
 import sys
+import traceback
+from collections import Counter
 from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from nerd.envs import make_env
 from nerd.features import signature_of_env
@@ -41,3 +46,50 @@ def tiny_neural_env(name: str, num_envs: int, env_mode: str = "neural", **kwargs
     env = make_env(name, num_envs, **kwargs)
     sig = signature_of_env(env)
     return NeuralEnvironment(env, NeRDModel(sig.input_groups, sig.target_dim, TINY), env_mode)
+
+
+class HostSyncCounter(TorchDispatchMode):
+    """Counts the ops that synchronise with the host on a GPU, with the repository line that issued each.
+
+    Tensors built from host data are seen by the dispatcher. Read-backs are counted at the Python methods that do
+    them: under ``torch.inference_mode`` (the integrator's prediction) the dispatcher does not see
+    ``_local_scalar_dense``, so a read-back there went uncounted.
+    """
+
+    OPS = {"aten.lift_fresh.default": "tensor from host data", "aten.nonzero.default": "read-back"}
+    READ_BACKS = ("item", "tolist", "__bool__", "__float__", "__int__", "__index__")
+
+    def __init__(self):
+        super().__init__()
+        self.counts: Counter = Counter()
+        self._originals: dict = {}
+
+    def _record(self, kind: str) -> None:
+        stack = traceback.extract_stack()
+        if not any("/warp/" in frame.filename for frame in stack):
+            ours = [f for f in stack if f.filename.startswith(str(REPO / "nerd"))]
+            where = f"{Path(ours[-1].filename).relative_to(REPO)}:{ours[-1].lineno}" if ours else "?"
+            self.counts[(kind, where)] += 1
+
+    def __enter__(self):
+        self._originals = {name: getattr(torch.Tensor, name) for name in self.READ_BACKS}
+        for name, original in self._originals.items():
+            def counted(tensor, *args, _original=original, **kwargs):
+                self._record("read-back")
+                return _original(tensor, *args, **kwargs)
+            setattr(torch.Tensor, name, counted)
+        return super().__enter__()
+
+    def __exit__(self, *exc_info):
+        for name, original in self._originals.items():
+            setattr(torch.Tensor, name, original)
+        return super().__exit__(*exc_info)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kind = self.OPS.get(str(func))
+        if kind is not None:
+            self._record(kind)
+        return func(*args, **(kwargs or {}))
+
+    def total(self, kind: str) -> int:
+        return sum(n for (k, _), n in self.counts.items() if k == kind)

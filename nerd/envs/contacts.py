@@ -20,7 +20,7 @@ Huber-smoothed law) into ``state.body_f`` at every substep and hands the solver 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -136,8 +136,8 @@ def detect_plane_contacts(
     contact_point_1[tid] = x - depth * n
 
 
-def contact_features(body_q: torch.Tensor, candidate_body: torch.Tensor, contacts: newton.Contacts, num_envs: int
-                     ) -> dict[str, torch.Tensor]:
+def contact_features(body_q: torch.Tensor, candidate_body: torch.Tensor, contacts: newton.Contacts, num_envs: int,
+                     to_torch: Callable[[wp.array], torch.Tensor] = wp.to_torch) -> dict[str, torch.Tensor]:
     """NeRD's contact features of a Newton contact set of ``num_envs`` x C ground contacts, world frame.
 
     The one place that reads Newton's contact conventions back: the normal points from the robot into the
@@ -150,6 +150,7 @@ def contact_features(body_q: torch.Tensor, candidate_body: torch.Tensor, contact
         candidate_body: (num_envs * C,) index into ``body_q`` of each contact's body.
         contacts: The contact set (robot shape first, ground second).
         num_envs: Number of envs N.
+        to_torch: How the contact set's arrays are viewed in torch (a caller may pass views it made once).
 
     Returns:
         New tensors (not views of the contact set): ``contact_normals`` (N, C, 3), ``contact_points_0``
@@ -158,15 +159,15 @@ def contact_features(body_q: torch.Tensor, candidate_body: torch.Tensor, contact
         ``contact_thicknesses`` (N, C) [m].
     """
     n = num_envs
-    x = transform_point(body_q[candidate_body], wp.to_torch(contacts.rigid_contact_point0))
-    normal = -wp.to_torch(contacts.rigid_contact_normal)
-    ground = wp.to_torch(contacts.rigid_contact_point1).clone()
+    x = transform_point(body_q[candidate_body], to_torch(contacts.rigid_contact_point0))
+    normal = -to_torch(contacts.rigid_contact_normal)
+    ground = to_torch(contacts.rigid_contact_point1).clone()
     return {
         "contact_normals": normal.view(n, -1, 3),
         "contact_points_0": x.view(n, -1, 3),
         "contact_points_1": ground.view(n, -1, 3),
         "contact_depths": ((x - ground) * normal).sum(-1).view(n, -1),
-        "contact_thicknesses": wp.to_torch(contacts.rigid_contact_margin0).view(n, -1).clone(),
+        "contact_thicknesses": to_torch(contacts.rigid_contact_margin0).view(n, -1).clone(),
     }
 
 

@@ -88,10 +88,19 @@ class NeRDEnsembleIntegrator(newton.solvers.SolverBase):
             return None
         return torch.stack(flags).any(dim=0)
 
-    def set_nan_check(self, enabled: bool) -> None:
-        """See :meth:`NeRDIntegrator.set_nan_check`."""
+    def set_nan_check(self, enabled: bool, deferred: bool = False) -> None:
+        """See :meth:`NeRDIntegrator.set_nan_check` (the first member checks the ensemble's prediction)."""
         for member in self.members:
-            member.set_nan_check(enabled)
+            member.set_nan_check(enabled, deferred)
+
+    @property
+    def nan_flags(self) -> torch.Tensor | None:
+        """The first member's deferred NaN flags (:attr:`NeRDIntegrator.nan_flags`)."""
+        return self.lead.nan_flags
+
+    def raise_if_diverged(self) -> None:
+        """See :meth:`NeRDIntegrator.raise_if_diverged`."""
+        self.lead.raise_if_diverged()
 
     def clear_history(self, env_ids: Sequence[int] | torch.Tensor | None = None) -> None:
         """Forget the history of ``env_ids`` (all envs if None) in every member."""
@@ -126,8 +135,13 @@ class NeRDEnsembleIntegrator(newton.solvers.SolverBase):
 
     @torch.inference_mode()
     def predict_targets(self) -> torch.Tensor:
-        """The mean of the members' de-normalised relative targets (N, P); kept for :attr:`disagreement`."""
-        self._member_targets = torch.stack([member.predict_targets() for member in self.members])
+        """The mean of the members' de-normalised relative targets (N, P); kept for :attr:`disagreement` (in place
+        after the first step, so that a replayed step keeps it current)."""
+        targets = [member.predict_targets() for member in self.members]
+        if self._member_targets is None:
+            self._member_targets = torch.stack(targets)
+        else:
+            torch.stack(targets, out=self._member_targets)
         return self._member_targets.mean(dim=0)
 
     def step(self, state_in: newton.State, state_out: newton.State, control: newton.Control,

@@ -13,14 +13,17 @@ position L-1; the causal backbone never looks at later positions, so envs with d
 one forward pass, and only that position's output is computed (:meth:`NeRDModel.predict_last`).
 
 Per step the integrator synchronises with the device at most once: the check for non-finite torques and
-predictions (:meth:`~NeRDIntegrator.set_nan_check`), which a caller that handles divergence itself turns off.
+predictions (:meth:`~NeRDIntegrator.set_nan_check`), which a caller that handles divergence itself turns off, and
+which a caller that replays the step as a CUDA graph defers (a device flag the step writes,
+:meth:`~NeRDIntegrator.raise_if_diverged` reads). Every buffer the step writes outlives it (its address is fixed),
+so the step can be recorded once and replayed (:class:`~nerd.envs.interop.FrameGraph`).
 On a GPU, torch and Warp are ordered by stream waits (device side), not by host synchronisation.
 :meth:`NeRDIntegrator.clear_history` clears only the reset envs' histories (the release cleared every env's
 history whenever any env reset).
 
 Public surface besides the solver contract: :meth:`~NeRDIntegrator.observe` (record a token without predicting,
-for frames the ground truth steps), :meth:`~NeRDIntegrator.clear_history` and
-:meth:`~NeRDIntegrator.set_nan_check`. Newton's ``SolverBase.reset(state, world_mask, flags)`` is not
+for frames the ground truth steps), :meth:`~NeRDIntegrator.clear_history`, :meth:`~NeRDIntegrator.set_nan_check`
+and :meth:`~NeRDIntegrator.raise_if_diverged`. Newton's ``SolverBase.reset(state, world_mask, flags)`` is not
 overridden: the integrator keeps no per-state solver data to reset.
 """
 
@@ -41,6 +44,9 @@ from nerd.models.nerd_model import NeRDModel
 CPU_CHUNK_ENVS = 256
 """Envs per network call on a CPU: (256, 10, 256) float32 MLP activations (2.6 MB) stay in L2/L3 cache; measured
 fastest of 64-2048 for the Cartpole model at N = 2048 (docs/notebook/results.md)."""
+
+VIEW_CACHE_SIZE = 64
+"""Simulator arrays whose torch views an integrator keeps (a frame reads ten or so)."""
 
 
 class NeRDIntegrator(newton.solvers.SolverBase):
@@ -115,6 +121,7 @@ class NeRDIntegrator(newton.solvers.SolverBase):
         """(N,) valid history tokens per env."""
         self._env_rows = torch.arange(num_envs, device=self.torch_device)
         self._contact_bodies: tuple[newton.Contacts, torch.Tensor] | None = None
+        self._views: dict[int, tuple[wp.array, torch.Tensor]] = {}  # see torch_view
         if chunk_envs is None:
             chunk_envs = num_envs if model.device.is_cuda else CPU_CHUNK_ENVS
         self.chunk_envs = max(1, chunk_envs)
@@ -124,19 +131,51 @@ class NeRDIntegrator(newton.solvers.SolverBase):
         self.data_range = None if nerd_model.data_range is None else tuple(
             bound.to(self.torch_device) for bound in nerd_model.data_range)
         """The model's training-data range (low, high) per token column, or None (see :meth:`outside_data`)."""
-        self._last_token: torch.Tensor | None = None  # (N, input_dim) raw inputs of the last recorded token
+        # (N, input_dim) raw inputs of the last recorded token, written in place (a replayed step writes it too).
+        self._last_token = torch.zeros(num_envs, nerd_model.input_dim, device=self.torch_device)
+        self._token_recorded = False
+        self.nan_flags: torch.Tensor | None = None
+        """(2, N) with the deferred NaN check: whether each env's torques (row 0) and predicted states (row 1) stayed
+        finite since its history was last cleared; None when the check synchronises every step (or is off)."""
         self.mirror = None if mirror_signs is None else mirror_sign_tensors(
             signature, tuple(mirror_signs), self.act_dof_indices, self.torch_device)
         """(state signs (S,), torque signs (J,)) of the mirror option, or None."""
 
-    def set_nan_check(self, enabled: bool) -> None:
+    def set_nan_check(self, enabled: bool, deferred: bool = False) -> None:
         """Raise :class:`RolloutDivergedError` on a non-finite prediction (on), or leave it to the caller (off).
 
         The check covers the torques the step reads too (one synchronisation with the device per step for both:
         the environment then skips its own torque check); a caller that handles divergence per env (the RL vec
         env) turns it off and the environment checks the torques.
+
+        ``deferred``: the step does not synchronise; it only clears the envs' flags in :attr:`nan_flags` (device
+        side) and :meth:`raise_if_diverged` raises what the step would have raised, when called. For a step that
+        is replayed as a CUDA graph. The step then writes a non-finite prediction to the state instead of
+        stopping before it.
         """
         self.check_nan = enabled
+        self.nan_flags = (torch.ones(2, self.num_envs, dtype=torch.bool, device=self.torch_device)
+                          if enabled and deferred else None)
+
+    def raise_if_diverged(self) -> None:
+        """With the deferred NaN check: raise what the step's own check would have raised, if any env's torques or
+        prediction were not finite at a step since its history was last cleared or since the last raise (one host
+        synchronisation). Nothing to do otherwise."""
+        if self.nan_flags is None:
+            return
+        bad_torques, bad_states = (~self.nan_flags).any(dim=1).tolist()
+        if bad_torques or bad_states:
+            bad_envs = (~self.nan_flags[1]).nonzero().flatten().tolist()
+            self.nan_flags.fill_(True)  # raised once: a caller that goes on is told of new divergences only
+            self._raise_not_finite(bad_torques, bad_envs)
+
+    def _raise_not_finite(self, bad_torques: bool, bad_envs: list[int]) -> None:
+        """The NaN check's errors: non-finite torques are the caller's (a UserError), a non-finite prediction the
+        model's (:class:`RolloutDivergedError`, naming the first envs)."""
+        if bad_torques:
+            raise UserError(f"{self.signature.env_name}: joint torques (or the actions they come from) contain NaN "
+                            "or inf")
+        raise RolloutDivergedError(f"NeRD rollout produced non-finite states in envs {bad_envs[:8]}")
 
     def clear_history(self, env_ids: Sequence[int] | torch.Tensor | None = None) -> None:
         """Forget the history of ``env_ids`` (all envs if None).
@@ -147,6 +186,8 @@ class NeRDIntegrator(newton.solvers.SolverBase):
         rows = slice(None) if env_ids is None else torch.as_tensor(env_ids, device=self.torch_device, dtype=torch.long)
         self.history_count[rows] = 0
         self._tokens[rows] = 0.0
+        if self.nan_flags is not None:
+            self.nan_flags[:, rows] = True
 
     # ----------------------------------------------------------------------------------------------
     def current_inputs(self, state: newton.State, control: newton.Control, contacts: newton.Contacts | None
@@ -170,16 +211,28 @@ class NeRDIntegrator(newton.solvers.SolverBase):
         body's pose (N, 7), the fed torques (N, J) and the contact features (None for a robot without contacts)."""
         n, sig = self.num_envs, self.signature
         torch_waits_for_warp(self.model.device)  # reads arrays the last Warp launches wrote
-        states = torch.cat([wp.to_torch(state.joint_q).view(n, -1), wp.to_torch(state.joint_qd).view(n, -1)], dim=1)
-        body_q = wp.to_torch(state.body_q).view(n, self.bodies_per_env, 7)
-        torques = wp.to_torch(control.joint_f).view(n, -1)[:, self._act_columns]
+        view = self.torch_view
+        states = torch.cat([view(state.joint_q).view(n, -1), view(state.joint_qd).view(n, -1)], dim=1)
+        body_q = view(state.body_q).view(n, self.bodies_per_env, 7)
+        torques = view(control.joint_f).view(n, -1)[:, self._act_columns]
         features = None
         if sig.contact_count:
             if contacts is None:
                 raise ValueError(
                     f"{sig.env_name} has {sig.contact_count} contact candidates; step() needs its contacts")
-            features = contact_features(wp.to_torch(state.body_q), self._candidate_bodies(contacts), contacts, n)
+            features = contact_features(view(state.body_q), self._candidate_bodies(contacts), contacts, n, view)
         return states, body_q[:, self.anchor_body], torques, features
+
+    def torch_view(self, array: wp.array) -> torch.Tensor:
+        """The torch view of a simulator array, made once per array: a view is free to reuse, and making one on a
+        GPU asks the driver about the pointer, which a recording CUDA graph may refuse. The cache holds the arrays
+        (so an id is never reused while cached) and is emptied when it grows past :data:`VIEW_CACHE_SIZE`."""
+        cached = self._views.get(id(array))
+        if cached is None:
+            if len(self._views) >= VIEW_CACHE_SIZE:
+                self._views.clear()
+            cached = self._views[id(array)] = (array, wp.to_torch(array))
+        return cached[1]
 
     def _candidate_bodies(self, contacts: newton.Contacts) -> torch.Tensor:
         """(N * C,) body of each contact, gathered once per contact set (its candidates' bodies are fixed)."""
@@ -200,7 +253,8 @@ class NeRDIntegrator(newton.solvers.SolverBase):
     @torch.inference_mode()
     def push_history(self, groups: dict[str, torch.Tensor]) -> None:
         """Append one token (N, width per group, raw) to every env's history, dropping the oldest when full."""
-        self._last_token = torch.cat([groups[name] for name in self._group_names], dim=1).to(self._tokens.dtype)
+        self._last_token.copy_(torch.cat([groups[name] for name in self._group_names], dim=1))
+        self._token_recorded = True
         token = (self._last_token - self._token_mean) / self._token_std
         # Branch-free (no host synchronisation): full envs shift left by one, then every env writes its slot.
         if self.history_length > 1:
@@ -215,7 +269,7 @@ class NeRDIntegrator(newton.solvers.SolverBase):
         """(N,) whether the last recorded token (the state, torques and contacts the last step read) lies outside
         the model's training data: a column below ``low − margin·(high − low)`` or above ``high + margin·(high −
         low)``. None for a model without a recorded range. Computed when called: a step pays nothing for it."""
-        if self.data_range is None or self._last_token is None:
+        if self.data_range is None or not self._token_recorded:
             return None
         low, high = self.data_range
         slack = margin * (high - low)
@@ -256,14 +310,15 @@ class NeRDIntegrator(newton.solvers.SolverBase):
         # One host synchronisation for both checks: the torques the step read and the states it predicted.
         # A robot without actuators (CubeToss) has no joint_acts group: an empty tensor is always finite.
         acts = groups.get("joint_acts", next_states[:, :0])
-        if self.check_nan and not bool(torch.isfinite(next_states).all() & torch.isfinite(acts).all()):
-            if not bool(torch.isfinite(acts).all()):
-                raise UserError(f"{self.signature.env_name}: joint torques (or the actions they come from) contain "
-                                "NaN or inf")
+        if self.check_nan and self.nan_flags is not None:
+            with torch.inference_mode():  # the deferred check: device-side flags, no synchronisation
+                self.nan_flags[0] &= torch.isfinite(acts).all(dim=1)
+                self.nan_flags[1] &= torch.isfinite(next_states).all(dim=1)
+        elif self.check_nan and not bool(torch.isfinite(next_states).all() & torch.isfinite(acts).all()):
             bad = torch.nonzero(~torch.isfinite(next_states).all(dim=1)).flatten().tolist()
-            raise RolloutDivergedError(f"NeRD rollout produced non-finite states in envs {bad[:8]}")
+            self._raise_not_finite(not bool(torch.isfinite(acts).all()), bad)
         n, dof_q = self.num_envs, self.signature.dof_q
-        wp.to_torch(state_out.joint_q).view(n, -1).copy_(next_states[:, :dof_q])
-        wp.to_torch(state_out.joint_qd).view(n, -1).copy_(next_states[:, dof_q:])
+        self.torch_view(state_out.joint_q).view(n, -1).copy_(next_states[:, :dof_q])
+        self.torch_view(state_out.joint_qd).view(n, -1).copy_(next_states[:, dof_q:])
         warp_waits_for_torch(self.model.device)
         newton.eval_fk(self.model, state_out.joint_q, state_out.joint_qd, state_out)

@@ -107,6 +107,10 @@ class RLEnvConfig:
     compile_nerd_model: bool = False
     """Run the NeRD model's per-step prediction through ``torch.compile`` (our option: 1.3x faster on the
     project's CPU after about a minute of compilation, docs/notebook/results.md)."""
+    capture_nerd_frame: bool = False
+    """Run each neural frame (features, model, integration, contact refresh) as one CUDA graph, recorded once and
+    replayed (our option, for GPUs: :class:`~nerd.neural_environment.NeuralEnvironment`'s ``capture_frame``; on a CPU
+    the same code runs uncaptured)."""
 
     def __post_init__(self) -> None:
         check_range("disagreement_penalty", self.disagreement_penalty, low=0)

@@ -227,7 +227,7 @@ def make_vec_env(cfg: RLEnvConfig, device: str = "cpu", seed: int = 0) -> NeRDVe
                    robot_variant=cfg.robot_variant, control_mode=cfg.control_mode)
     if cfg.env_mode == NEURAL:
         nenv = NeuralEnvironment.from_checkpoint(env, cfg.nerd_model_path, NEURAL, cfg.compile_nerd_model,
-                                                 cfg.nerd_mirror)
+                                                 cfg.nerd_mirror, cfg.capture_nerd_frame)
     else:
         nenv = NeuralEnvironment(env, None, env_mode=GROUND_TRUTH)
     return NeRDVecEnv(nenv, cls(cfg.num_envs, nenv.torch_device), cfg.episode_length, seed,

@@ -60,6 +60,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output", default=None, help="results JSON (a PNG of error vs step is written beside it)")
     parser.add_argument("--compile-model", action="store_true",
                         help="torch.compile the NeRD model's per-step prediction (faster after ~1 min of compiling)")
+    parser.add_argument("--capture-frame", action="store_true",
+                        help="our option, for GPUs: replay each neural frame as one CUDA graph (on a CPU the same code "
+                             "runs uncaptured); a divergence is then reported up to 16 frames late")
     parser.add_argument("--mirror", action="store_true",
                         help="our option (Cartpole): average each model's prediction with its prediction for the "
                              "robot's mirror image (twice the network calls)")
@@ -109,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
                          robot_variant=args.robot_variant, control_mode=args.control_mode,
                          compile_model=args.compile_model, evaluated_robot_variant=args.evaluated_robot_variant,
                          data_margin=args.data_margin, strict_data_range=args.strict_data_range,
-                         mirror=args.mirror)
+                         mirror=args.mirror, capture_frame=args.capture_frame)
         for config in configs
     ]
     for results in runs:

@@ -165,3 +165,35 @@ def test_control_mode_reaches_the_environment(tmp_path, monkeypatch, capsys):
                               "--control-mode", "position", "--num-envs", "2", "--num-rollouts", "2",
                               monkeypatch=monkeypatch, capsys=capsys)
     assert code == 1 and "applies to Anymal, Franka only" in error_lines(err)[0]
+
+
+def test_bench_rl_times_the_captured_frame_and_the_policy_beside_the_plain_step(tmp_path, monkeypatch, capsys):
+    """The GPU check's throughput command, at a tiny size: with --capture-frame and --policy every row has the
+    captured frame's column beside the plain neural step's, and the shipped policy that acted."""
+    out = tmp_path / "rl.json"
+    code, stdout, err = run_script("bench/bench_rl.py", "--quick", "--robots", "Cartpole", "--num-envs", "4",
+                                   "--capture-frame", "--policy", "--seconds", "0.05", "--repeats", "1",
+                                   "--matmul-size", "64", "--output", str(out), monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 0, err
+    results = json.loads(out.read_text())
+    (row,) = results["rows"]
+    assert row["neural_graph"]["best"] > 0 and row["neural"]["best"] > 0 and row["floor_share_graph"] > 0
+    assert row["policy"] == "Cartpole/seed0.pth" and results["capture_frame"] is True
+    assert "| neural, graph | graph / GT |" in stdout
+
+
+def test_gpu_targets_reads_the_checks_results(tmp_path, monkeypatch, capsys):
+    """The GPU check's target table: ratios to the ground truth, shares of the FLOP floor and PPO's steady-state
+    rate from the files the check writes; what is missing is reported as not measured."""
+    row = {"robot": "Ant", "num_envs": 512, "ground-truth": {"best": 100.0}, "neural": {"best": 300.0},
+           "neural_graph": {"best": 600.0}, "floor_env_steps_per_s": 1000.0}
+    (tmp_path / "rl_policy.json").write_text(json.dumps({"rows": [row]}))
+    (tmp_path / "ppo_ant_graph").mkdir()
+    (tmp_path / "ppo_ant_graph" / "train_summary.json").write_text(json.dumps({"epochs": [
+        {"frames": 100, "seconds": 5.0}, {"frames": 300, "seconds": 6.0}, {"frames": 500, "seconds": 7.0}]}))
+    code, out, err = run_script("bench/gpu_targets.py", str(tmp_path), monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 0, err
+    assert "| Ant run, neural / ground truth at N = 512 | 3.00x | 6.00x | 5.00x | 10.00x |" in out
+    assert "| ANYmal forward_walk, neural env-steps/s at N = 8192 | not measured | not measured |" in out
+    results = json.loads((tmp_path / "targets.json").read_text())
+    assert results["ppo_env_steps_per_s"] == {"graph": 200.0, "plain": None, "gt": None}

@@ -8,13 +8,8 @@ budget without a GPU: no tensor built from host data, at most one read-back. War
 ``wp.to_torch`` views are not copies and are not counted.
 """
 
-import traceback
-from collections import Counter
-from pathlib import Path
-
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from nerd.checkpoint import shipped_model_path
 from nerd.envs import make_env
@@ -22,56 +17,9 @@ from nerd.modes import NEURAL
 from nerd.neural_environment import NeuralEnvironment
 from nerd.rl.tasks import make_task
 from nerd.rl.vec_env import NeRDVecEnv
-from tests.helpers import REPO
+from tests.helpers import HostSyncCounter
 
 TASKS = {"Cartpole": "swingup", "Ant": "run", "Franka": "reach", "Anymal": "forward_walk"}
-
-
-class HostSyncCounter(TorchDispatchMode):
-    """Counts the ops that synchronise with the host on a GPU, with the repository line that issued each.
-
-    Tensors built from host data are seen by the dispatcher. Read-backs are counted at the Python methods that do
-    them: under ``torch.inference_mode`` (the integrator's prediction) the dispatcher does not see
-    ``_local_scalar_dense``, so a read-back there went uncounted.
-    """
-
-    OPS = {"aten.lift_fresh.default": "tensor from host data"}
-    READ_BACKS = ("item", "tolist", "__bool__", "__float__", "__int__", "__index__")
-
-    def __init__(self):
-        super().__init__()
-        self.counts: Counter = Counter()
-        self._originals: dict = {}
-
-    def _record(self, kind: str) -> None:
-        stack = traceback.extract_stack()
-        if not any("/warp/" in frame.filename for frame in stack):
-            ours = [f for f in stack if f.filename.startswith(str(REPO / "nerd"))]
-            where = f"{Path(ours[-1].filename).relative_to(REPO)}:{ours[-1].lineno}" if ours else "?"
-            self.counts[(kind, where)] += 1
-
-    def __enter__(self):
-        self._originals = {name: getattr(torch.Tensor, name) for name in self.READ_BACKS}
-        for name, original in self._originals.items():
-            def counted(tensor, *args, _original=original, **kwargs):
-                self._record("read-back")
-                return _original(tensor, *args, **kwargs)
-            setattr(torch.Tensor, name, counted)
-        return super().__enter__()
-
-    def __exit__(self, *exc_info):
-        for name, original in self._originals.items():
-            setattr(torch.Tensor, name, original)
-        return super().__exit__(*exc_info)
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kind = self.OPS.get(str(func))
-        if kind is not None:
-            self._record(kind)
-        return func(*args, **(kwargs or {}))
-
-    def total(self, kind: str) -> int:
-        return sum(n for (k, _), n in self.counts.items() if k == kind)
 
 
 def test_counter_sees_both_kinds():
@@ -116,3 +64,24 @@ def test_neural_step_syncs_at_most_once(robot, ensemble):
     assert counter.total("tensor from host data") == 0, dict(counter.counts)
     assert counter.total("read-back") == 1, dict(counter.counts)
 
+
+
+@pytest.mark.parametrize("robot, ensemble", [(robot, False) for robot in TASKS] + [("Cartpole", True)],
+                         ids=[*TASKS, "Cartpole-ensemble"])
+def test_capturable_neural_frame_never_syncs(robot, ensemble):
+    """With ``capture_frame`` (the frame a GPU records as one CUDA graph) a shipped model's frame neither builds a
+    tensor from host data nor reads one back: the NaN check is a device flag, read every ``nan_check_frames``."""
+    n = 4
+    model = shipped_model_path(robot)
+    models = [model, model.parent / "lookahead" / "model.pt"] if ensemble else model
+    nenv = NeuralEnvironment.from_checkpoint(make_env(robot, n), models, NEURAL, capture_frame=True)
+    nenv.reset(generator=torch.Generator().manual_seed(0))
+    torques = torch.zeros(n, nenv.env.act_dim)
+    nenv.step_with_joint_act(torques)  # the first frame builds what later frames reuse (a GPU records it then)
+    with HostSyncCounter() as counter:
+        for _ in range(nenv.nan_check_frames - 2):
+            nenv.step_with_joint_act(torques)
+    assert counter.total("tensor from host data") == 0 and counter.total("read-back") == 0, dict(counter.counts)
+    with HostSyncCounter() as counter:
+        nenv.step_with_joint_act(torques)  # the interval's last frame reads the flags: once
+    assert counter.total("read-back") == 1, dict(counter.counts)
