@@ -181,6 +181,22 @@ def quat_from_euler_xyz(euler: Tensor) -> Tensor:
     ), dim=-1)
 
 
+def quat_to_euler_xyz(q: Tensor) -> Tensor:
+    """The xyz Euler angles of :func:`quat_from_euler_xyz` (its inverse): roll α, pitch β in [−π/2, π/2] and yaw γ.
+
+    Args:
+        q: ``(..., 4)`` unit quaternions, xyzw.
+
+    Returns:
+        ``(..., 3)`` angles ``[α, β, γ]`` [rad], α and γ in (−π, π].
+    """
+    x, y, z, w = q.unbind(dim=-1)
+    roll = torch.atan2(2.0 * (w * x + y * z), 1.0 - 2.0 * (x * x + y * y))
+    pitch = torch.asin((2.0 * (w * y - z * x)).clamp(-1.0, 1.0))
+    yaw = torch.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
+    return torch.stack((roll, pitch, yaw), dim=-1)
+
+
 def transform_point(pose: Tensor, p: Tensor) -> Tensor:
     """Map points from a pose's child frame to its parent frame: ``R(q) p + t``.
 

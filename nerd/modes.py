@@ -28,7 +28,7 @@ INITIAL_STATES: tuple[str, ...] = get_args(InitialStates)
 release's protocol), ``"data"`` the data-generation sampler, ``"limits"`` ours: starts near a joint limit, moving
 slowly into it (robots with such a sampler: Cartpole's rail)."""
 
-ENV_NAMES = ("Cartpole", "PendulumWithContact", "Ant", "Anymal", "Franka", "CubeToss")
+ENV_NAMES = ("Cartpole", "PendulumWithContact", "Ant", "Anymal", "Franka", "CubeToss", "Humanoid")
 """Every robot, by the name :func:`nerd.envs.env_class` builds it under."""
 
 SOLVERS = ("featherstone", "xpbd", "mujoco")

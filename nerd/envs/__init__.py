@@ -31,6 +31,8 @@ def env_class(name: str) -> type[Environment]:
         from nerd.envs.franka import Franka as cls
     elif name == "CubeToss":
         from nerd.envs.cube_toss import CubeToss as cls
+    elif name == "Humanoid":
+        from nerd.envs.humanoid import Humanoid as cls
     else:  # a name in ENV_NAMES without a branch above
         raise NotImplementedError(name)
     return cls

@@ -105,6 +105,10 @@ class Environment:
     each joint DoF's coordinate, rate and torque under it, for fixed-base world-frame robots without contacts;
     empty: the robot declares none (``mirror`` is refused). A test checks it against the ground truth."""
 
+    hinge_labels: ClassVar[tuple[str, ...]] = ()
+    """Names of the non-free joint DoFs in order, all hinges, for a robot whose hinges Newton merges into joints of
+    several DoFs (the Humanoid's MJCF import); empty: each joint's own label names its DoF."""
+
     # Read by passive evaluation alone (nerd.evaluation).
     passive_metrics: ClassVar[dict[str, tuple[str, tuple[int, ...]]]] = {}
     """Passive-motion metrics: name -> (kind, joint_q indices). Kinds: ``"abs"`` mean |dq| over the
@@ -276,9 +280,16 @@ class Environment:
         q_names, qd_names, f_names = [], [], []
         joints = self.model.joint_count // self.num_envs
         labels, types = self.model.joint_label[:joints], self.model.joint_type.numpy()[:joints]
-        for label, joint_type in zip(labels, types, strict=True):
+        dofs = np.diff(self.model.joint_qd_start.numpy()[: joints + 1])
+        hinges = iter(self.hinge_labels)
+        for label, joint_type, count in zip(labels, types, dofs, strict=True):
             label = label.rsplit("/", 1)[-1]
-            if joint_type == newton.JointType.FREE:
+            if joint_type != newton.JointType.FREE and self.hinge_labels:
+                for name in (next(hinges, f"hinge{len(q_names)}") for _ in range(count)):
+                    q_names.append(f"{name} q [rad]")
+                    qd_names.append(f"{name} qd [rad/s]")
+                    f_names.append(f"{name} [N·m]")
+            elif joint_type == newton.JointType.FREE:
                 q_names += [f"{label} {c} [m]" for c in "xyz"] + [f"{label} q{c}" for c in "xyzw"]
                 qd_names += [f"{label} v{c} [m/s]" for c in "xyz"] + [f"{label} w{c} [rad/s]" for c in "xyz"]
                 f_names += [f"{label} f{c} [N]" for c in "xyz"] + [f"{label} t{c} [N·m]" for c in "xyz"]

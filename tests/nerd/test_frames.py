@@ -16,6 +16,7 @@ from nerd.frames import (
     quat_normalize,
     quat_rotate,
     quat_rotate_inv,
+    quat_to_euler_xyz,
     quat_to_matrix,
     transform_point,
     transform_point_inv,
@@ -113,6 +114,16 @@ def test_euler_xyz_is_extrinsic_x_then_y_then_z(gen, device):
     other = quat_mul(quat_from_axis_angle(ex, euler[:, 0]),
                      quat_mul(quat_from_axis_angle(ey, euler[:, 1]), quat_from_axis_angle(ez, euler[:, 2])))
     assert (quat_angle(quat_mul(other, quat_conjugate(expected))) > 1e-3).any()
+
+
+def test_euler_xyz_round_trip(gen, device):
+    """quat_to_euler_xyz inverts quat_from_euler_xyz for pitch inside ±π/2, and recovers a pure yaw's angle."""
+    euler = (torch.rand(256, 3, generator=gen, dtype=torch.float64) * 2 - 1).to(device)
+    euler = euler * torch.tensor([math.pi, 0.49 * math.pi, math.pi], dtype=torch.float64, device=device)
+    torch.testing.assert_close(quat_to_euler_xyz(quat_from_euler_xyz(euler)), euler, **TIGHT)
+    ez = torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64, device=device).expand(256, 3)
+    yaw = quat_to_euler_xyz(quat_from_axis_angle(ez, euler[:, 2]))
+    torch.testing.assert_close(yaw, torch.stack((0 * euler[:, 2], 0 * euler[:, 2], euler[:, 2]), dim=-1), **TIGHT)
 
 
 def test_transform_point_round_trip(gen, device):

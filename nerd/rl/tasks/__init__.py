@@ -10,10 +10,12 @@ from nerd.rl.tasks.anymal import AnymalForwardWalk, AnymalSideWalk
 from nerd.rl.tasks.base import Task
 from nerd.rl.tasks.cartpole import CartpoleSwingUp
 from nerd.rl.tasks.franka import FrankaReach
+from nerd.rl.tasks.humanoid import HumanoidRun
 
 TASKS: dict[tuple[str, str], type[Task]] = {
     (cls.robot, cls.name): cls
-    for cls in (CartpoleSwingUp, AntRun, AntSpin, AntSpinTrack, AnymalForwardWalk, AnymalSideWalk, FrankaReach)
+    for cls in (CartpoleSwingUp, AntRun, AntSpin, AntSpinTrack, AnymalForwardWalk, AnymalSideWalk, FrankaReach,
+                HumanoidRun)
 }
 """Task classes by (robot, task name)."""
 

@@ -71,7 +71,7 @@ def test_unknown_names_list_valid_ones():
         make_env("Ant", 1, contact_config=1)
     with pytest.raises(ValueError, match="valid variants: sim, real"):
         make_env("CubeToss", 1, robot_variant="rea")
-    assert set(ENV_NAMES) == {"Cartpole", "PendulumWithContact", "Ant", "Anymal", "Franka", "CubeToss"}
+    assert set(ENV_NAMES) == {"Cartpole", "PendulumWithContact", "Ant", "Anymal", "Franka", "CubeToss", "Humanoid"}
 
 
 @pytest.mark.parametrize("name", ENV_NAMES)
@@ -88,7 +88,7 @@ def test_samplers_respect_spec_ranges(name):
     assert states.shape == (64, env.state_dim) and torques.shape == (64, env.act_dim)
     assert torch.isfinite(states).all()
     limit = {"Cartpole": 1500.0, "PendulumWithContact": 1500.0, "Ant": 400.0, "Anymal": 1.0, "Franka": 100.0,
-             "CubeToss": 0.0}[name]
+             "CubeToss": 0.0, "Humanoid": 135.0}[name]
     assert (torques.abs() <= limit).all()
     if name == "Ant":
         assert ((states[:, 2] >= 1.0) & (states[:, 2] <= 1.3)).all()

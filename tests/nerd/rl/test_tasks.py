@@ -235,3 +235,71 @@ def test_anymal_observation_is_the_releases_in_y_up_axes():
     torch.testing.assert_close(obs[23:35], torch.full((12,), 0.2))
     torch.testing.assert_close(obs[35], quat_rotate(q, torch.tensor([0.0, 0.0, 1.0]))[2])
     torch.testing.assert_close(obs[36], quat_rotate(q, torch.tensor([1.0, 0.0, 0.0]))[0])
+
+
+def humanoid_state(quat=(0.0, 0.0, 0.0, 1.0), height=1.2, lin_vel=(0.0, 0.0, 0.0), ang_vel=(0.0, 0.0, 0.0),
+                   hinges=None, rates=None):
+    """A world-frame Humanoid state (1, 55): torso pose and velocities, hinges at 0 unless given, rates 0."""
+    q = torch.cat([torch.tensor([0.5, -0.1, height]), torch.as_tensor(quat, dtype=torch.float32),
+                   torch.zeros(21) if hinges is None else torch.as_tensor(hinges, dtype=torch.float32)])
+    qd = torch.cat([torch.tensor(lin_vel), torch.tensor(ang_vel),
+                    torch.zeros(21) if rates is None else torch.as_tensor(rates, dtype=torch.float32)])
+    return torch.cat([q, qd]).unsqueeze(0)
+
+
+def test_humanoid_run_reward_of_constructed_states():
+    """IsaacGymEnvs' humanoid reward by hand: progress v_x, alive 2, upright 0.1, heading 0.5 min(1, h_x / 0.8),
+    action, energy and joint-limit costs weighted by the motors' gears; −1 alone below 0.8 m."""
+    from nerd.envs.humanoid import GEARS
+
+    task = make_task("Humanoid", "run", 1)
+    actions = torch.zeros(1, 21)
+    upright = task.reward_terms(humanoid_state(lin_vel=(1.5, 0.3, 0.0)), actions)
+    assert {k: round(v.item(), 5) for k, v in upright.items()} == {
+        "progress": 1.5, "alive": 2.0, "up": 0.1, "heading": 0.5, "actions": 0.0, "energy": 0.0,
+        "joint_limits": 0.0, "death": 0.0}
+    # Yawed 30° (h_x = cos 30° = 0.866 > 0.8: full heading) and pitched 45° (u_z = h_x = 0.707: no upright bonus,
+    # part of the heading's).
+    yawed = task.reward_terms(humanoid_state(about((0.0, 0.0, 1.0), math.pi / 6)), actions)
+    assert yawed["heading"].item() == pytest.approx(0.5) and yawed["up"].item() == pytest.approx(0.1)
+    pitched = task.reward_terms(humanoid_state(about((0.0, 1.0, 0.0), math.pi / 4)), actions)
+    assert pitched["up"].item() == 0.0 and pitched["heading"].item() == pytest.approx(0.5 * math.sqrt(0.5) / 0.8)
+    yawed_60 = task.reward_terms(humanoid_state(about((0.0, 0.0, 1.0), math.pi / 3)), actions)
+    assert yawed_60["heading"].item() == pytest.approx(0.5 * 0.5 / 0.8, abs=1e-6)
+    # Costs: actions 0.5 on every hinge, rates 2 rad/s; the right knee (gear 90 of 135) 1° short of its upper
+    # limit 2° in a range of 162°: s = (2·1° − (−160° + 2°)) / 162° = 160/162, 0.00765 beyond 0.98.
+    hinges, rates = torch.zeros(21), torch.full((21,), 2.0)
+    hinges[6] = math.radians(1.0)
+    terms = task.reward_terms(humanoid_state(hinges=hinges, rates=rates), torch.full((1, 21), 0.5))
+    ratio = torch.tensor(GEARS) / 135.0
+    assert terms["actions"].item() == pytest.approx(-0.01 * 21 * 0.25)
+    assert terms["energy"].item() == pytest.approx(-0.05 * (0.5 * 0.1 * 2.0 * ratio).sum().item(), rel=1e-5)
+    s = (2 * 1.0 + 160.0 - 2.0) / 162.0
+    assert terms["joint_limits"].item() == pytest.approx(-0.25 * (s - 0.98) / 0.02 * 90.0 / 135.0, rel=1e-4)
+    total = task.rewards(humanoid_state(hinges=hinges, rates=rates), torch.full((1, 21), 0.5))
+    torch.testing.assert_close(total, torch.stack(list(terms.values())).sum(dim=0))
+    fallen = task.reward_terms(humanoid_state(height=0.7, lin_vel=(3.0, 0.0, 0.0)), torch.ones(1, 21))
+    assert {k: v.item() for k, v in fallen.items() if v.item() != 0.0} == {"death": -1.0}
+    states = torch.cat([humanoid_state(height=0.79), humanoid_state(height=0.81)])
+    assert task.terminations(states).tolist() == [True, False]
+
+
+def test_humanoid_observation_in_torso_axes_and_scaled_hinges():
+    """z, v and 0.25 ω in torso axes, yaw, roll, u_z, h_x, hinges scaled to [−1, 1] by their limits, 0.1 θ̇ and
+    the last actions, for a torso yawed 90°."""
+    task = make_task("Humanoid", "run", 1)
+    hinges = torch.zeros(21)
+    hinges[6] = math.radians(-160.0)  # the right knee at its lower limit: s = −1
+    rates = torch.arange(21, dtype=torch.float32)
+    state = humanoid_state(about((0.0, 0.0, 1.0), math.pi / 2), lin_vel=(1.0, 0.0, 0.0), ang_vel=(0.0, 0.0, 2.0),
+                           hinges=hinges, rates=rates)
+    obs = task.observations(state, torch.full((1, 21), 0.3))[0]
+    assert obs.shape == (74,) and obs[0].item() == pytest.approx(1.2)
+    torch.testing.assert_close(obs[1:4], torch.tensor([0.0, -1.0, 0.0]), atol=1e-6, rtol=0)  # +x world = −y torso
+    torch.testing.assert_close(obs[4:7], torch.tensor([0.0, 0.0, 0.5]), atol=1e-6, rtol=0)
+    assert obs[7].item() == pytest.approx(math.pi / 2) and obs[8].item() == pytest.approx(0.0, abs=1e-6)
+    assert obs[9].item() == pytest.approx(1.0) and obs[10].item() == pytest.approx(0.0, abs=1e-6)
+    assert obs[11 + 6].item() == pytest.approx(-1.0)
+    assert obs[11].item() == pytest.approx(0.0)  # abdomen_z at 0 in its symmetric range
+    torch.testing.assert_close(obs[32:53], 0.1 * rates)
+    torch.testing.assert_close(obs[53:], torch.full((21,), 0.3))
