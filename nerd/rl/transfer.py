@@ -17,7 +17,8 @@ after every round, for the ground-truth reward against compute).
 
 The loop directory holds ``config.yaml`` (the loop as run), ``loop.json`` (what each finished stage produced; the
 loop resumes from it after an interruption: a finished stage is never run again, an interrupted NeRD fine-tune
-continues from its ``nn/last.pt``, an interrupted PPO round or data collection starts over), ``round_<k>/ppo/``
+continues from its ``nn/last.pt``, an interrupted PPO round or data collection starts over; a resume with more
+``rounds`` extends a finished loop), ``round_<k>/ppo/``
 (the rl-games run), ``round_<k>/data/{train,valid}.hdf5``, ``round_<k>/model_<m>/`` (the NeRD fine-tunes),
 ``round_<k>/eval.{json,md}`` and ``eval.{json,md}`` (the final table, with the loop's ground-truth cost).
 """
@@ -184,14 +185,25 @@ class _LoopState:
 
     def __init__(self, logdir: Path, config: dict[str, Any]):
         self.path = logdir / STATE_FILE
+        self.extended_from: int | None = None
+        """The loop's earlier round count when this resume adds rounds (None otherwise)."""
         if self.path.is_file():
             self.data = json.loads(self.path.read_text())
             # The evaluation settings may change on a resume (e.g. to evaluate every round of a finished loop
-            # afterwards); they change no stage the loop has run.
-            old = {**ADDED_KEYS, **{k: v for k, v in self.data.get("config", {}).items() if k != "evaluation"}}
-            if old != {k: v for k, v in config.items() if k != "evaluation"}:
+            # afterwards), and rounds may be added; neither changes a stage the loop has run.
+            old = {**ADDED_KEYS, **self.data.get("config", {})}
+            if _fixed_settings(old) != _fixed_settings(config):
                 raise UserError(f"{logdir} holds a transfer loop of another config; resume it with its own "
                                 f"({logdir / 'config.yaml'}) or choose another --logdir")
+            if config["rounds"] < old["rounds"]:
+                raise UserError(f"{logdir} holds a loop of {old['rounds']} rounds; a resume may add rounds, not "
+                                f"remove them (rounds >= {old['rounds']})")
+            if config["rounds"] > old["rounds"]:
+                self.extended_from = old["rounds"]
+                if "final" in self.data:
+                    # The old last round's policy is no longer the final one; its evaluation is kept beside.
+                    self.data.setdefault("earlier_finals", []).append({"rounds": old["rounds"],
+                                                                       **self.data.pop("final")})
             self.data["config"] = config
         else:
             self.data = {"config": config, "rounds": []}
@@ -205,13 +217,20 @@ class _LoopState:
         write_text_atomic(self.path, json.dumps(self.data, indent=2))
 
 
+def _fixed_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """What a resume must keep: everything but the evaluation and the number of rounds."""
+    return {k: v for k, v in config.items() if k not in ("evaluation", "rounds")}
+
+
 def run_transfer_loop(cfg: TransferConfig, logdir: str | Path, device: str = "cpu", seed: int = 0,
                       resume: bool = False, overwrite: bool = False, progress: bool = True) -> dict[str, Any]:
     """Run the loop of ``cfg`` in ``logdir``; returns the final evaluation table with the loop's cost.
 
     Args:
         resume: Continue the loop in ``logdir`` where it stopped; it must have been started with the same config
-            and seed.
+            and seed, except for the evaluation settings and for more ``rounds`` (a finished loop goes on: its last
+            policy is refined after and trained further; the earlier final evaluation is kept as
+            ``eval_rounds<R>.{json,md}`` and in ``loop.json``'s ``earlier_finals``).
         overwrite: Remove a previous loop's outputs in ``logdir`` first (only once every input has been checked).
 
     A ``logdir`` that holds a loop is refused without one of the two; only one process may run a loop directory at
@@ -227,14 +246,20 @@ def run_transfer_loop(cfg: TransferConfig, logdir: str | Path, device: str = "cp
         if (logdir / STATE_FILE).is_file() and not resume:
             if not overwrite:
                 raise UserError(f"{logdir} holds a transfer loop; --resume continues it, --overwrite replaces it")
-            clear_run_dir(logdir, LOOP_DIR_ENTRIES + tuple(p.name for p in logdir.glob("round_*")))
+            clear_run_dir(logdir, LOOP_DIR_ENTRIES + tuple(p.name for p in logdir.glob("round_*"))
+                          + tuple(p.name for p in logdir.glob("eval_rounds*")))
         elif resume and not (logdir / STATE_FILE).is_file():
             raise UserError(f"nothing to resume: {logdir} holds no transfer loop ({STATE_FILE})")
         resolved = {**to_dict(cfg), "seed": seed}
         state = _LoopState(logdir, resolved)
+        if state.extended_from is not None:
+            for suffix in ("json", "md"):
+                earlier = logdir / f"eval.{suffix}"
+                if earlier.is_file():
+                    earlier.replace(logdir / f"eval_rounds{state.extended_from}.{suffix}")
         # Written before the first stage, so that a loop killed in its first round can be resumed.
         state.save()
-        if not (logdir / "config.yaml").is_file():
+        if not (logdir / "config.yaml").is_file() or state.extended_from is not None:
             write_run_record(logdir, resolved)
         models = cfg.model_paths
         policy: str | None = None

@@ -194,7 +194,10 @@ def test_transfer_loop_refines_the_models_resumes_and_reports_its_cost(tiny, tmp
     with pytest.raises(UserError, match="--resume continues it"):
         run_transfer_loop(cfg, tmp_path / "loop", progress=False)
     with pytest.raises(UserError, match="another config"):
-        run_transfer_loop(loop_config(tmp_path, [a, b], rounds=3), tmp_path / "loop", resume=True, progress=False)
+        run_transfer_loop(loop_config(tmp_path, [a, b], epochs_per_round=2), tmp_path / "loop", resume=True,
+                          progress=False)
+    with pytest.raises(UserError, match="may add rounds, not remove them"):
+        run_transfer_loop(loop_config(tmp_path, [a, b], rounds=1), tmp_path / "loop", resume=True, progress=False)
     # The evaluation may change on a resume: every round's policy is evaluated afterwards, nothing else reruns.
     kept = (tmp_path / "loop/round_0/ppo/nn/last.pth").stat().st_mtime_ns
     run_transfer_loop(loop_config(tmp_path, [a, b], evaluation={"num_games": 4, "num_envs": 4, "every_round": True}),
@@ -253,6 +256,27 @@ def test_faithful_loop_trains_in_one_model_and_checks_its_inputs(tiny, tmp_path,
     with pytest.raises(ConfigError, match="refine.gt_fraction"):
         loop_config(tmp_path, a, refine={"train_cfg": "x.yaml", "gt_fraction": 2.0})
     assert not (tmp_path / "x" / "loop.json").exists()
+
+
+def test_a_finished_loop_is_extended_by_a_resume_with_more_rounds(tiny, tmp_path):
+    """rounds 1 -> 2 on a finished loop: round 0 is not trained again, its policy is refined after (data and
+    fine-tunes it had none of as the last round), round 1 continues it, and the earlier final evaluation is kept."""
+    _, (a, _), _ = tiny
+    one = loop_config(tmp_path, [a], rounds=1)
+    run_transfer_loop(one, tmp_path / "loop", progress=False)
+    before = json.loads((tmp_path / "loop/loop.json").read_text())
+    assert "gt_transitions" not in before["rounds"][0]
+    kept = (tmp_path / "loop/round_0/ppo/nn/last.pth").stat().st_mtime_ns
+    table = run_transfer_loop(loop_config(tmp_path, [a], rounds=2), tmp_path / "loop", resume=True, progress=False)
+    after = json.loads((tmp_path / "loop/loop.json").read_text())
+    assert (tmp_path / "loop/round_0/ppo/nn/last.pth").stat().st_mtime_ns == kept
+    first, second = after["rounds"]
+    assert first["gt_transitions"] > 0 and second["nerd_models"] == first["refined_models"]
+    assert after["final"]["policy"] == second["policy"] != first["policy"]
+    assert after["earlier_finals"] == [{"rounds": 1, **before["final"]}]
+    assert (tmp_path / "loop/eval_rounds1.json").is_file() and (tmp_path / "loop/eval.json").is_file()
+    assert table["loop"]["gt_transitions"] == first["gt_transitions"]
+    assert yaml.safe_load((tmp_path / "loop/config.yaml").read_text())["rounds"] == 2
 
 
 def test_ground_truth_control_trains_in_the_ground_truth_and_resumes_older_loops(tiny, tmp_path, capsys):
