@@ -41,6 +41,19 @@ def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("error:")]
 
 
+def com_acceleration(env, joint_acts: torch.Tensor) -> torch.Tensor:
+    """The whole robot's centre-of-mass acceleration (3,) [m/s²] over one frame of ``env`` (one env) under
+    ``joint_acts``, from the bodies' masses and COM velocities before and after."""
+    mass = torch.as_tensor(env.model.body_mass.numpy())
+
+    def com_velocity() -> torch.Tensor:
+        return (mass[:, None] * torch.as_tensor(env.state_0.body_qd.numpy())[:, :3]).sum(0) / mass.sum()
+
+    before = com_velocity()
+    env.step_with_joint_act(joint_acts)
+    return (com_velocity() - before) / env.frame_dt
+
+
 def tiny_neural_env(name: str, num_envs: int, env_mode: str = "neural", **kwargs) -> NeuralEnvironment:
     """A NeuralEnvironment with an untrained tiny model (unit statistics)."""
     env = make_env(name, num_envs, **kwargs)

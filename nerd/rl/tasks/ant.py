@@ -71,11 +71,6 @@ class AntTask(Task):
         """Torso below 0.3 m, (N,) bool."""
         return states[:, 2] < TERMINATION_HEIGHT
 
-    def rewards(self, states: torch.Tensor, actions: torch.Tensor, joint_acts: torch.Tensor | None = None
-                ) -> torch.Tensor:
-        """Sum of :meth:`reward_terms` (no action cost), (N,)."""
-        return torch.stack(list(self.reward_terms(states, actions).values())).sum(dim=0)
-
 
 class AntRun(AntTask):
     """Run along world +x while staying upright and facing +x."""

@@ -90,11 +90,6 @@ class AnymalTask(Task):
         terms["floor"] = (-sum(terms.values())).clamp(min=0.0)
         return terms
 
-    def rewards(self, states: torch.Tensor, actions: torch.Tensor, joint_acts: torch.Tensor | None = None
-                ) -> torch.Tensor:
-        """max(0, exp(−e_lin) + 0.5 exp(−ω_z²) − 2.5e-5 Σ τ²), (N,)."""
-        return torch.stack(list(self.reward_terms(states, actions, joint_acts).values())).sum(dim=0)
-
     def terminations(self, states: torch.Tensor, contact_depths: torch.Tensor | None = None) -> torch.Tensor:
         """Base capsule < 0.11 m, a knee < 0.07 m (start-of-frame depths), or base origin < 0.4 m; (N,) bool."""
         if contact_depths is None:

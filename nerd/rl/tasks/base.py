@@ -78,12 +78,17 @@ class Task:
     def rewards(self, states: torch.Tensor, actions: torch.Tensor, joint_acts: torch.Tensor | None = None
                 ) -> torch.Tensor:
         """Reward (N,) of the step that took actions (N, A), applied torques ``joint_acts`` (N, J) (given by the vec
-        env; tasks with a torque cost need them) and arrived in states (N, S)."""
-        raise NotImplementedError
+        env; tasks with a torque cost need them) and arrived in states (N, S): the sum of :meth:`reward_terms`.
+
+        A task defines its terms, or this method alone (then its reward is the one term ``reward``).
+        """
+        return torch.stack(list(self.reward_terms(states, actions, joint_acts).values())).sum(dim=0)
 
     def reward_terms(self, states: torch.Tensor, actions: torch.Tensor, joint_acts: torch.Tensor | None = None
                      ) -> dict[str, torch.Tensor]:
-        """The reward's weighted terms, (N,) each, summing to :meth:`rewards` (for diagnostics); one by default."""
+        """The reward's weighted terms, (N,) each, summing to :meth:`rewards` (for diagnostics)."""
+        if type(self).rewards is Task.rewards:
+            raise NotImplementedError(f"{type(self).__name__} defines neither its reward nor its reward terms")
         return {"reward": self.rewards(states, actions, joint_acts)}
 
     def terminations(self, states: torch.Tensor, contact_depths: torch.Tensor | None = None) -> torch.Tensor:

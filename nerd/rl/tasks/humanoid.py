@@ -79,11 +79,6 @@ class HumanoidRun(Task):
         """Torso below 0.8 m, (N,) bool."""
         return states[:, 2] < TERMINATION_HEIGHT
 
-    def rewards(self, states: torch.Tensor, actions: torch.Tensor, joint_acts: torch.Tensor | None = None
-                ) -> torch.Tensor:
-        """Sum of :meth:`reward_terms`, (N,)."""
-        return torch.stack(list(self.reward_terms(states, actions).values())).sum(dim=0)
-
     def reward_terms(self, states: torch.Tensor, actions: torch.Tensor, joint_acts: torch.Tensor | None = None
                      ) -> dict[str, torch.Tensor]:
         """The terms of the module docstring; in a fallen state all are 0 but ``death`` (−1)."""

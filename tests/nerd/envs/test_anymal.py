@@ -7,6 +7,7 @@ from nerd.envs import make_env
 from nerd.envs.anymal import PD_KD, PD_KP, default_joint_q, joint_names
 from nerd.errors import UserError
 from nerd.frames import quat_rotate
+from tests.helpers import com_acceleration
 
 # Joint-space mass-matrix diagonal (HAA, HFE, KFE) of a leg without armature, from the release's model.
 LEG_H_DIAGONAL = {"physical": (0.490, 0.457, 0.0357), "release": (0.952, 2.974, 0.556)}
@@ -39,14 +40,7 @@ def test_free_fall_accelerates_the_com_at_g_or_at_the_release_rate(variant_env):
     states = env.default_states(1)
     states[:, 2] = 5.0
     env.set_states(states)
-    mass = torch.as_tensor(env.model.body_mass.numpy())
-
-    def com_velocity():
-        return (mass[:, None] * torch.as_tensor(env.state_0.body_qd.numpy())[:, :3]).sum(0) / mass.sum()
-
-    before = com_velocity()
-    env.step_with_joint_act(torch.zeros(1, 12))
-    accel = (com_velocity() - before) / env.frame_dt
+    accel = com_acceleration(env, torch.zeros(1, 12))
     assert accel[:2].abs().max() < 0.01
     if variant == "physical":
         assert accel[2].item() == pytest.approx(-9.81, rel=0.01)

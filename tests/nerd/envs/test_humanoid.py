@@ -10,6 +10,7 @@ import torch
 
 from nerd.envs import make_env
 from nerd.envs.humanoid import ASSET, GEARS, HINGES, hinge_limits
+from tests.helpers import com_acceleration
 
 
 @pytest.fixture(scope="module")
@@ -37,14 +38,7 @@ def test_free_fall_accelerates_the_com_at_g(env):
     states = env.sample_reset_states(1, torch.Generator().manual_seed(0))
     states[:, 2] = 5.0
     env.set_states(states)
-    mass = torch.as_tensor(env.model.body_mass.numpy())
-
-    def com_velocity():
-        return (mass[:, None] * torch.as_tensor(env.state_0.body_qd.numpy())[:, :3]).sum(0) / mass.sum()
-
-    before = com_velocity()
-    env.step_with_joint_act(torch.zeros(1, 21))
-    accel = (com_velocity() - before) / env.frame_dt
+    accel = com_acceleration(env, torch.zeros(1, 21))
     assert accel[:2].abs().max() < 0.01
     assert accel[2].item() == pytest.approx(-9.81, rel=0.01)
 
