@@ -61,8 +61,8 @@ from nerd.run_dir import write_text_atomic
 from nerd.training import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
-ROBOTS = ("Cartpole", "PendulumWithContact", "Ant", "Anymal", "Franka", "CubeToss")
-TASKS = {"Cartpole": "swingup", "Ant": "run", "Anymal": "forward_walk", "Franka": "reach"}
+ROBOTS = ("Cartpole", "PendulumWithContact", "Ant", "Anymal", "Franka", "CubeToss", "Humanoid")
+TASKS = {"Cartpole": "swingup", "Ant": "run", "Anymal": "forward_walk", "Franka": "reach", "Humanoid": "run"}
 """The RL task timed per robot; a robot without one is timed on passive stepping with random torques."""
 POLICIES = {"Cartpole": ("Cartpole/config.yaml", "Cartpole/seed0.pth"),
             "Ant": ("Ant/config.yaml", "Ant/run_neural_seed0.pth"),
