@@ -14,10 +14,11 @@ from nerd.frames import quat_from_axis_angle, quat_mul, quat_rotate
 
 
 @pytest.mark.parametrize("name,width", [("Cartpole", 6), ("PendulumWithContact", 37), ("Ant", 215),
-                                        ("CubeToss", 72)])
+                                        ("CubeToss", 72), ("Humanoid", 233)])
 def test_token_widths_match_the_release(name, width):
     """Per-token widths are those of the NeRD release: Cartpole 6, Pendulum 37, Ant 215; the passive cube 72
-    (13 states, 8 corners x 7 contact features, gravity 3, no torque group)."""
+    (13 states, 8 corners x 7 contact features, gravity 3, no torque group); the Humanoid, by the Ant's layout, 233
+    (55 states, 22 candidates x 7 contact features, 21 torques, gravity 3)."""
     sig = signature_of_env(make_env(name, 1))
     assert sum(sig.input_groups.values()) == width
 
