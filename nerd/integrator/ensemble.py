@@ -138,7 +138,8 @@ class NeRDEnsembleIntegrator(newton.solvers.SolverBase):
         """The mean of the members' de-normalised relative targets (N, P); kept for :attr:`disagreement` (in place
         after the first step, so that a replayed step keeps it current)."""
         targets = [member.predict_targets() for member in self.members]
-        if self._member_targets is None:
+        shape = (len(targets), *targets[0].shape)
+        if self._member_targets is None or self._member_targets.shape != shape:
             self._member_targets = torch.stack(targets)
         else:
             torch.stack(targets, out=self._member_targets)
