@@ -60,6 +60,9 @@ HINGES = (
 """The 21 hinges: the file's names, limits and motor gears (a test reads them back from the asset)."""
 GEARS = tuple(gear for *_, gear in HINGES)
 """Torque per unit action of each hinge [N·m], in joint order."""
+HINGE_LOWER = tuple(math.radians(low) for _, low, _, _ in HINGES)
+HINGE_UPPER = tuple(math.radians(high) for _, _, high, _ in HINGES)
+"""Lower and upper limits of the hinges [rad], in joint order."""
 CONTACT_SHAPES = ("torso", "upper_waist", "lower_waist", "butt", "right_shin", "right_right_foot", "left_right_foot",
                   "left_shin", "left_left_foot", "right_left_foot", "right_hand", "left_hand")
 """The file's geoms that touch the ground (module docstring), in shape order."""
@@ -77,10 +80,8 @@ NUM_HINGES = len(HINGES)
 
 
 def hinge_limits() -> tuple[torch.Tensor, torch.Tensor]:
-    """Lower and upper limits (21,) [rad] of the hinges in joint order."""
-    lower = torch.tensor([math.radians(low) for _, low, _, _ in HINGES])
-    upper = torch.tensor([math.radians(high) for _, _, high, _ in HINGES])
-    return lower, upper
+    """Lower and upper limits (21,) [rad] of the hinges in joint order, as tensors."""
+    return torch.tensor(HINGE_LOWER), torch.tensor(HINGE_UPPER)
 
 
 class Humanoid(Environment):

@@ -27,12 +27,10 @@ robot's task reset, :meth:`nerd.envs.humanoid.Humanoid.sample_reset_states` (Isa
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from nerd.device_constants import device_constant
-from nerd.envs.humanoid import GEARS, HINGES
+from nerd.envs.humanoid import GEARS, HINGE_LOWER, HINGE_UPPER
 from nerd.frames import quat_rotate_inv, quat_to_euler_xyz
 from nerd.rl.tasks.base import Task, floating_base_frame
 
@@ -46,13 +44,11 @@ LIMIT_MARGIN = 0.98  # |s| beyond which a hinge counts as at its limit
 DEATH_COST = -1.0
 HINGE_RATE_SCALE, ANG_VEL_SCALE = 0.1, 0.25
 EFFORT_RATIO = tuple(gear / max(GEARS) for gear in GEARS)
-LOWER = tuple(math.radians(low) for _, low, _, _ in HINGES)
-UPPER = tuple(math.radians(high) for _, _, high, _ in HINGES)
 
 
 def scaled_hinges(joint_q: torch.Tensor) -> torch.Tensor:
     """Hinge angles (N, 21) scaled to [−1, 1] by their limits (s in the module docstring)."""
-    lower, upper = device_constant(LOWER, joint_q), device_constant(UPPER, joint_q)
+    lower, upper = device_constant(HINGE_LOWER, joint_q), device_constant(HINGE_UPPER, joint_q)
     return (2.0 * joint_q - lower - upper) / (upper - lower)
 
 
