@@ -54,6 +54,13 @@ def com_acceleration(env, joint_acts: torch.Tensor) -> torch.Tensor:
     return (com_velocity() - before) / env.frame_dt
 
 
+def tiny_model(env, seed: int, **limit_options) -> NeRDModel:
+    """An untrained tiny model for ``env`` (its own weights per seed; our joint-limit groups on request)."""
+    torch.manual_seed(seed)
+    sig = signature_of_env(env, **limit_options)
+    return NeRDModel(sig.input_groups, sig.target_dim, TINY)
+
+
 def tiny_neural_env(name: str, num_envs: int, env_mode: str = "neural", **kwargs) -> NeuralEnvironment:
     """A NeuralEnvironment with an untrained tiny model (unit statistics)."""
     env = make_env(name, num_envs, **kwargs)

@@ -11,10 +11,8 @@ import torch
 from nerd.envs import make_env
 from nerd.envs.interop import FrameGraph
 from nerd.errors import RolloutDivergedError, UserError
-from nerd.features import signature_of_env
-from nerd.models.nerd_model import NeRDModel
 from nerd.neural_environment import NeuralEnvironment
-from tests.helpers import TINY, HostSyncCounter
+from tests.helpers import HostSyncCounter, tiny_model
 
 CASES = {
     "Ant ensemble": ("Ant", 2, False),  # free base, contacts, the ensemble's disagreement
@@ -27,12 +25,7 @@ def neural_env(name: str, num_models: int, mirror: bool, num_envs: int, device: 
                ) -> NeuralEnvironment:
     """A NeuralEnvironment of ``name`` with ``num_models`` untrained tiny models (seeded: equal across calls)."""
     env = make_env(name, num_envs, device=device)
-    sig = signature_of_env(env)
-    models = []
-    for seed in range(num_models):
-        torch.manual_seed(seed)
-        models.append(NeRDModel(sig.input_groups, sig.target_dim, TINY))
-    return NeuralEnvironment(env, models, mirror=mirror, **kwargs)
+    return NeuralEnvironment(env, [tiny_model(env, seed) for seed in range(num_models)], mirror=mirror, **kwargs)
 
 
 def rollout(nenv: NeuralEnvironment, frames: int = 9) -> list[dict[str, torch.Tensor]]:

@@ -9,7 +9,7 @@ from nerd.features import build_inputs, build_targets, signature_of_env
 from nerd.generation import GenerationConfig, generate_dataset
 from nerd.models.nerd_model import NeRDModel
 from nerd.neural_environment import NeuralEnvironment
-from tests.helpers import TINY, tiny_neural_env
+from tests.helpers import TINY, tiny_model, tiny_neural_env
 
 
 @pytest.mark.parametrize("name", ["Cartpole", "PendulumWithContact", "Ant", "CubeToss"])
@@ -225,13 +225,6 @@ def test_history_longer_than_the_model_context_is_refused():
     sig = signature_of_env(env)
     with pytest.raises(ValueError, match=r"history_length must lie in \[1, 16\]"):
         NeuralEnvironment(env, NeRDModel(sig.input_groups, sig.target_dim, TINY), history_length=17)
-
-
-def tiny_model(env, seed: int, **limit_options) -> NeRDModel:
-    """An untrained tiny model for ``env`` (its own weights per seed; our joint-limit groups on request)."""
-    torch.manual_seed(seed)
-    sig = signature_of_env(env, **limit_options)
-    return NeRDModel(sig.input_groups, sig.target_dim, TINY)
 
 
 @pytest.mark.parametrize("name", ["Cartpole", "Ant"])
