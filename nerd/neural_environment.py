@@ -86,10 +86,9 @@ class NeuralEnvironment:
         self.signature = self.integrator.signature if self.integrator is not None else signature_of_env(env)
         if nan_check_frames < 1:
             raise UserError(f"nan_check_frames must be at least 1, got {nan_check_frames}")
-        self.capture_frame = capture_frame and self.integrator is not None
-        """Whether neural frames run as a :class:`~nerd.envs.interop.FrameGraph` (replayed on a GPU)."""
         self.nan_check_frames = nan_check_frames
-        self.frame_graph = FrameGraph(self._neural_frame, env.device) if self.capture_frame else None
+        self.frame_graph = (FrameGraph(self._neural_frame, env.device)
+                            if capture_frame and self.integrator is not None else None)
         """With ``capture_frame``: the neural frame (:class:`~nerd.envs.interop.FrameGraph`; ``captured`` once a GPU
         has recorded it); None otherwise."""
         self._unchecked_frames = 0
@@ -97,6 +96,11 @@ class NeuralEnvironment:
             self.integrator.set_nan_check(True, deferred=True)
         self.env_mode = ""
         self.set_env_mode(env_mode)
+
+    @property
+    def capture_frame(self) -> bool:
+        """Whether neural frames run as a :class:`~nerd.envs.interop.FrameGraph` (replayed on a GPU)."""
+        return self.frame_graph is not None
 
     def _integrator(self, nerd_model: NeRDModel, history_length: int, compile_model: bool,
                     mirror_signs: Sequence[float] | None = None) -> NeRDIntegrator:

@@ -284,15 +284,15 @@ class Environment:
         hinges = iter(self.hinge_labels)
         for label, joint_type, count in zip(labels, types, dofs, strict=True):
             label = label.rsplit("/", 1)[-1]
-            if joint_type != newton.JointType.FREE and self.hinge_labels:
+            if joint_type == newton.JointType.FREE:
+                q_names += [f"{label} {c} [m]" for c in "xyz"] + [f"{label} q{c}" for c in "xyzw"]
+                qd_names += [f"{label} v{c} [m/s]" for c in "xyz"] + [f"{label} w{c} [rad/s]" for c in "xyz"]
+                f_names += [f"{label} f{c} [N]" for c in "xyz"] + [f"{label} t{c} [N·m]" for c in "xyz"]
+            elif self.hinge_labels:
                 for name in (next(hinges, f"hinge{len(q_names)}") for _ in range(count)):
                     q_names.append(f"{name} q [rad]")
                     qd_names.append(f"{name} qd [rad/s]")
                     f_names.append(f"{name} [N·m]")
-            elif joint_type == newton.JointType.FREE:
-                q_names += [f"{label} {c} [m]" for c in "xyz"] + [f"{label} q{c}" for c in "xyzw"]
-                qd_names += [f"{label} v{c} [m/s]" for c in "xyz"] + [f"{label} w{c} [rad/s]" for c in "xyz"]
-                f_names += [f"{label} f{c} [N]" for c in "xyz"] + [f"{label} t{c} [N·m]" for c in "xyz"]
             elif joint_type == newton.JointType.PRISMATIC:
                 q_names.append(f"{label} q [m]")
                 qd_names.append(f"{label} qd [m/s]")
