@@ -7,6 +7,8 @@ lets it create the vec env through the rl-games registry. The run directory hold
     <logdir>/git.yaml             commit and status of the code
     <logdir>/nn/<name>.pth        rl-games' best checkpoint (by mean training reward)
     <logdir>/nn/last.pth          the final policy
+    <logdir>/nn/resume.pth        with ``checkpoint_every``: the full training state of the latest multiple of it,
+                                  for ``init_from`` after an interruption (replaced atomically)
     <logdir>/summaries/           TensorBoard scalars written by rl-games (rewards/, losses/, performance/)
     <logdir>/train_summary.json   mean episode reward and length after every epoch
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import os
 import random
 import sys
 import time
@@ -35,6 +38,9 @@ from nerd.rl.policy import load_rl_games_checkpoint, rl_games_quiet
 from nerd.rl.vec_env import check_env_config, register_with_rl_games
 from nerd.run_dir import new_run_dir, write_run_record, write_text_atomic
 
+RESUME_CHECKPOINT = "resume.pth"
+"""The periodic full-state checkpoint in a run's ``nn/`` (``train_policy``'s ``checkpoint_every``)."""
+
 
 class ProgressObserver(DefaultAlgoObserver):
     """Records (and prints) the mean episode reward and length of the last 100 episodes after every epoch, and
@@ -43,12 +49,16 @@ class ProgressObserver(DefaultAlgoObserver):
     Args:
         progress: Print one line per epoch.
         stream: Where to print (rl-games' own prints are silenced by redirecting ``sys.stdout``).
+        checkpoint: Write the agent's full state here (atomically) after every ``checkpoint_every``-th epoch.
     """
 
-    def __init__(self, progress: bool = True, stream: TextIO | None = None):
+    def __init__(self, progress: bool = True, stream: TextIO | None = None, checkpoint: Path | None = None,
+                 checkpoint_every: int = 0):
         super().__init__()
         self.progress = progress
         self.stream = stream
+        self.checkpoint = checkpoint
+        self.checkpoint_every = checkpoint_every
         self.history: list[dict[str, float]] = []
         """One record per epoch that had finished episodes: epoch, frames (policy steps summed over the envs up to
         the end of the epoch, rl-games' "frames"), seconds, mean reward and length."""
@@ -66,6 +76,12 @@ class ProgressObserver(DefaultAlgoObserver):
     def after_print_stats(self, frame: int, epoch_num: int, total_time: float) -> None:
         super().after_print_stats(frame, epoch_num, total_time)
         algo = self.algo
+        if self.checkpoint is not None and self.checkpoint_every > 0 and epoch_num % self.checkpoint_every == 0:
+            # rl-games' own periodic saves write a new file each time, and not atomically: a kill mid-write
+            # would leave the only recent state half-written.
+            tmp = self.checkpoint.with_name(self.checkpoint.name + ".tmp")
+            torch.save(algo.get_full_state_weights(), tmp)
+            os.replace(tmp, self.checkpoint)
         if algo.game_rewards.current_size == 0:
             return
         # rl-games passes the frame count from before the epoch (0 after the first one); count the epoch's steps too.
@@ -91,13 +107,15 @@ def _seed_everything(seed: int) -> None:
 
 def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: int = 0,
                  max_epochs: int | None = None, progress: bool = True, overwrite: bool = False,
-                 init_from: str | Path | None = None) -> dict[str, Any]:
+                 init_from: str | Path | None = None, checkpoint_every: int = 0) -> dict[str, Any]:
     """Train a PPO policy on ``cfg``'s task; returns a summary (checkpoint paths, per-epoch rewards, time).
 
     ``init_from`` continues the training of an rl-games checkpoint of the same network in a new run directory:
     its weights, input and value normalisation, optimiser, epoch and frame count are restored, so ``max_epochs``
     counts the epochs of the whole training, the checkpoint's included (the transfer loop's rounds, each in
-    another NeRD model).
+    another NeRD model), or of an interrupted run: ``checkpoint_every`` > 0 writes the full state to
+    ``nn/resume.pth`` after every ``checkpoint_every``-th epoch, and ``init_from`` that file continues the run (its
+    environments start fresh episodes, and the random streams differ from an uninterrupted run's).
 
     A previous run in ``logdir`` is refused unless ``overwrite``, and replaced only once the new run has
     started (:func:`nerd.run_dir.new_run_dir`). rl-games' own prints are silenced (``NERD_VERBOSE_RL=1`` keeps
@@ -127,7 +145,8 @@ def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: i
             write_run_record(logdir, resolved)
         register_with_rl_games()
         _seed_everything(seed)
-        observer = ProgressObserver(progress and main_rank, stream)
+        observer = ProgressObserver(progress and main_rank, stream, logdir / "nn" / RESUME_CHECKPOINT if main_rank
+                                    else None, checkpoint_every)
         with rl_games_quiet():
             runner = Runner(algo_observer=observer)
             runner.load({"params": params})
@@ -145,6 +164,7 @@ def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: i
             last = logdir / "nn" / "last"
             agent.save(str(last))
             agent.writer.flush()
+            (logdir / "nn" / RESUME_CHECKPOINT).unlink(missing_ok=True)  # the run is complete: nothing to resume
     best = logdir / "nn" / f"{params['config']['name']}.pth"
     summary = {"logdir": str(given), "last_checkpoint": str(given / "nn" / "last.pth"),
                "best_checkpoint": str(given / best.relative_to(logdir)) if best.is_file() else None,

@@ -22,8 +22,9 @@ from nerd.modes import GROUND_TRUTH
 from nerd.rl import transfer
 from nerd.rl.config import load_rl_config, with_num_envs
 from nerd.rl.playback import play_policy
+from nerd.rl.policy import load_rl_games_checkpoint
 from nerd.rl.policy_data import collect_policy_data
-from nerd.rl.train import train_policy
+from nerd.rl.train import ProgressObserver, train_policy
 from nerd.rl.transfer import TransferConfig, run_transfer_loop
 from nerd.rl.vec_env import make_vec_env
 from tests.helpers import REPO, TINY
@@ -256,6 +257,44 @@ def test_faithful_loop_trains_in_one_model_and_checks_its_inputs(tiny, tmp_path,
     with pytest.raises(ConfigError, match="refine.gt_fraction"):
         loop_config(tmp_path, a, refine={"train_cfg": "x.yaml", "gt_fraction": 2.0})
     assert not (tmp_path / "x" / "loop.json").exists()
+
+
+def test_a_ppo_round_killed_midway_continues_from_its_last_checkpoint(tiny, tmp_path, monkeypatch):
+    """A round killed after its epoch-2 checkpoint continues from epoch 2 (not from 0), also when the resumed run
+    is killed again before its own first checkpoint; the finished round leaves no resume state behind."""
+    _, (a, _), _ = tiny
+    cfg = loop_config(tmp_path, a, refine=None, rounds=1, epochs_per_round=4)
+    monkeypatch.setattr(transfer, "PPO_CHECKPOINT_EPOCHS", 2)
+    plain = ProgressObserver.after_print_stats
+
+    def kill_at(epoch: int, before_save: bool):
+        def stats(self, frame, epoch_num, total_time):
+            if epoch_num == epoch and before_save:
+                raise KeyboardInterrupt
+            plain(self, frame, epoch_num, total_time)
+            if epoch_num == epoch:
+                raise KeyboardInterrupt
+        return stats
+
+    loop = tmp_path / "loop"
+    monkeypatch.setattr(ProgressObserver, "after_print_stats", kill_at(2, before_save=False))
+    with pytest.raises(KeyboardInterrupt):
+        run_transfer_loop(cfg, loop, progress=False)
+    assert load_rl_games_checkpoint(loop / "round_0/ppo/nn/resume.pth")["epoch"] == 2
+    # The resumed run is killed in its first epoch (3), before writing a state of its own.
+    monkeypatch.setattr(ProgressObserver, "after_print_stats", kill_at(3, before_save=True))
+    with pytest.raises(KeyboardInterrupt):
+        run_transfer_loop(cfg, loop, resume=True, progress=False)
+    assert load_rl_games_checkpoint(loop / "round_0" / transfer.KEPT_PPO_STATE)["epoch"] == 2
+    monkeypatch.setattr(ProgressObserver, "after_print_stats", plain)
+    run_transfer_loop(cfg, loop, resume=True, progress=False)
+    record = json.loads((loop / "loop.json").read_text())["rounds"][0]
+    assert record["ppo_resumed_from_epoch"] == 2
+    ppo = json.loads((loop / "round_0/ppo/train_summary.json").read_text())
+    assert [e["epoch"] for e in ppo["epochs"]] == [3, 4]
+    assert load_rl_games_checkpoint(loop / "round_0/ppo/nn/last.pth")["epoch"] == 4
+    assert not (loop / "round_0/ppo/nn/resume.pth").exists()
+    assert not (loop / "round_0" / transfer.KEPT_PPO_STATE).exists()
 
 
 def test_a_finished_loop_is_extended_by_a_resume_with_more_rounds(tiny, tmp_path):
