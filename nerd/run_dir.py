@@ -14,6 +14,9 @@ import yaml
 
 from nerd.errors import UserError
 
+PREVIOUS_RUN = ".previous_run"
+"""Where :func:`new_run_dir` keeps a replaced run until the new one has started (inside the run directory)."""
+
 
 def write_text_atomic(path: str | Path, text: str, overwrite: bool = True) -> Path:
     """Write ``text`` to ``path`` through a temporary file and a rename, so no reader sees half a file.
@@ -92,7 +95,7 @@ def new_run_dir(logdir: str | Path, entries: Iterable[str], overwrite: bool, che
     """
     logdir = Path(logdir)
     entries = tuple(entries)
-    aside = logdir / ".previous_run"
+    aside = logdir / PREVIOUS_RUN
     recover_previous_run(logdir, entries, checkpoints)
     check_run_dir(logdir, entries, overwrite)
     created = not logdir.exists()
@@ -123,7 +126,7 @@ def recover_previous_run(logdir: str | Path, entries: Iterable[str], checkpoints
     if the new run never wrote a ``checkpoints`` file, its outputs are removed and the previous run is put back
     (returns True); otherwise the new run has taken over and the previous one is deleted."""
     logdir = Path(logdir)
-    aside = logdir / ".previous_run"
+    aside = logdir / PREVIOUS_RUN
     if not aside.exists():
         return False
     if any(logdir.glob(checkpoints)):

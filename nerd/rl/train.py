@@ -7,8 +7,8 @@ lets it create the vec env through the rl-games registry. The run directory hold
     <logdir>/git.yaml             commit and status of the code
     <logdir>/nn/<name>.pth        rl-games' best checkpoint (by mean training reward)
     <logdir>/nn/last.pth          the final policy
-    <logdir>/nn/resume.pth        with ``checkpoint_every``: the full training state of the latest multiple of it,
-                                  for ``init_from`` after an interruption (replaced atomically)
+    <logdir>/nn/resume.pth        the full training state after every ``checkpoint_every``-th epoch (replaced
+                                  atomically; removed when the run ends): :func:`interrupted_run_state`
     <logdir>/summaries/           TensorBoard scalars written by rl-games (rewards/, losses/, performance/)
     <logdir>/train_summary.json   mean episode reward and length after every epoch
 """
@@ -20,6 +20,8 @@ import copy
 import json
 import os
 import random
+import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -36,10 +38,16 @@ from nerd.errors import RolloutDivergedError, UserError
 from nerd.rl.config import RUN_DIR_ENTRIES, RLConfig, resolve_params
 from nerd.rl.policy import load_rl_games_checkpoint, rl_games_quiet
 from nerd.rl.vec_env import check_env_config, register_with_rl_games
-from nerd.run_dir import new_run_dir, write_run_record, write_text_atomic
+from nerd.run_dir import PREVIOUS_RUN, new_run_dir, write_run_record, write_text_atomic
 
 RESUME_CHECKPOINT = "resume.pth"
 """The periodic full-state checkpoint in a run's ``nn/`` (``train_policy``'s ``checkpoint_every``)."""
+RESUME_EVERY_EPOCHS = 10
+"""How often a run writes :data:`RESUME_CHECKPOINT` by default: a kill loses at most as many epochs."""
+KEPT_STATE = ".resume_from.pth"
+"""An interrupted run's latest state, kept in its directory (outside the run's own entries, which a continuing
+run replaces) until the continuing run ends."""
+_RL_GAMES_PERIODIC = re.compile(r"^last_.+_ep_(\d+)_rew_.*\.pth$")
 
 
 class ProgressObserver(DefaultAlgoObserver):
@@ -75,13 +83,18 @@ class ProgressObserver(DefaultAlgoObserver):
 
     def after_print_stats(self, frame: int, epoch_num: int, total_time: float) -> None:
         super().after_print_stats(frame, epoch_num, total_time)
-        algo = self.algo
+        self._record(epoch_num, total_time)
         if self.checkpoint is not None and self.checkpoint_every > 0 and epoch_num % self.checkpoint_every == 0:
             # rl-games' own periodic saves write a new file each time, and not atomically: a kill mid-write
             # would leave the only recent state half-written.
+            state = self.algo.get_full_state_weights()
+            state["nerd_progress"] = {"history": self.history, "episodes": self.episodes, "diverged": self.diverged}
             tmp = self.checkpoint.with_name(self.checkpoint.name + ".tmp")
-            torch.save(algo.get_full_state_weights(), tmp)
+            torch.save(state, tmp)
             os.replace(tmp, self.checkpoint)
+
+    def _record(self, epoch_num: int, total_time: float) -> None:
+        algo = self.algo
         if algo.game_rewards.current_size == 0:
             return
         # rl-games passes the frame count from before the epoch (0 after the first one); count the epoch's steps too.
@@ -107,15 +120,20 @@ def _seed_everything(seed: int) -> None:
 
 def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: int = 0,
                  max_epochs: int | None = None, progress: bool = True, overwrite: bool = False,
-                 init_from: str | Path | None = None, checkpoint_every: int = 0) -> dict[str, Any]:
+                 init_from: str | Path | None = None, resume: bool = False, checkpoint_every: int | None = None
+                 ) -> dict[str, Any]:
     """Train a PPO policy on ``cfg``'s task; returns a summary (checkpoint paths, per-epoch rewards, time).
 
     ``init_from`` continues the training of an rl-games checkpoint of the same network in a new run directory:
     its weights, input and value normalisation, optimiser, epoch and frame count are restored, so ``max_epochs``
     counts the epochs of the whole training, the checkpoint's included (the transfer loop's rounds, each in
-    another NeRD model), or of an interrupted run: ``checkpoint_every`` > 0 writes the full state to
-    ``nn/resume.pth`` after every ``checkpoint_every``-th epoch, and ``init_from`` that file continues the run (its
-    environments start fresh episodes, and the random streams differ from an uninterrupted run's).
+    another NeRD model).
+
+    ``resume`` continues the run in ``logdir`` itself from the newest state it left (:func:`interrupted_run_state`;
+    the run writes its full state to ``nn/resume.pth`` after every ``checkpoint_every``-th epoch, default
+    :data:`RESUME_EVERY_EPOCHS`, 0: never), up to ``max_epochs``: its checkpoints, TensorBoard events and epoch
+    history are kept, its environments start fresh episodes, and the random streams differ from an uninterrupted
+    run's. The summary then has ``resumed_from_epoch``; ``train_seconds`` counts this process only.
 
     A previous run in ``logdir`` is refused unless ``overwrite``, and replaced only once the new run has
     started (:func:`nerd.run_dir.new_run_dir`). rl-games' own prints are silenced (``NERD_VERBOSE_RL=1`` keeps
@@ -137,6 +155,21 @@ def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: i
     stream = sys.stdout
     # rl-games' multi-GPU runs (torchrun): rank 0 alone writes the run directory, as rl-games itself does.
     main_rank = not params["config"].get("multi_gpu") or rank_from_env().is_main
+    resumed_epoch, progress_so_far = None, {}
+    if resume:
+        if params["config"].get("multi_gpu"):
+            raise UserError("resuming continues single-process runs; a multi-GPU run has to be started again")
+        init_from, resumed_epoch = interrupted_run_state(logdir, params["config"]["max_epochs"])
+        if init_from is None:
+            raise UserError(f"nothing to resume in {given}: no saved state before epoch "
+                            f"{params['config']['max_epochs']} (a run writes nn/resume.pth every "
+                            f"{RESUME_EVERY_EPOCHS} epochs and nn/last.pth at its end; a larger max_epochs extends "
+                            "a finished run)")
+        progress_so_far = _progress_of(load_rl_games_checkpoint(init_from), logdir, resumed_epoch)
+        overwrite = True
+        if progress:
+            print(f"{given}: continuing from epoch {resumed_epoch} up to epoch {params['config']['max_epochs']}",
+                  flush=True)
     run_dir = new_run_dir(logdir, RUN_DIR_ENTRIES, overwrite, "nn/*.pth") if main_rank else contextlib.nullcontext()
     with run_dir:
         resolved = {"env": to_dict(cfg.env), "params": copy.deepcopy(params)}
@@ -146,7 +179,10 @@ def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: i
         register_with_rl_games()
         _seed_everything(seed)
         observer = ProgressObserver(progress and main_rank, stream, logdir / "nn" / RESUME_CHECKPOINT if main_rank
-                                    else None, checkpoint_every)
+                                    else None, RESUME_EVERY_EPOCHS if checkpoint_every is None else checkpoint_every)
+        observer.history = list(progress_so_far.get("history", []))
+        observer.episodes = int(progress_so_far.get("episodes", 0))
+        observer.diverged = int(progress_so_far.get("diverged", 0))
         with rl_games_quiet():
             runner = Runner(algo_observer=observer)
             runner.load({"params": params})
@@ -155,6 +191,8 @@ def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: i
             agent = runner.algo_factory.create(runner.algo_name, base_name="run", params=runner.params)
             if init_from is not None:
                 agent.set_full_state_weights(load_rl_games_checkpoint(init_from, device), set_epoch=True)
+            if resume:
+                _carry_over(logdir)
             if main_rank:
                 agent.writer.add_text("config", "```\n" + yaml.safe_dump(resolved, sort_keys=False) + "\n```")
             started = time.perf_counter()
@@ -164,12 +202,16 @@ def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: i
             last = logdir / "nn" / "last"
             agent.save(str(last))
             agent.writer.flush()
-            (logdir / "nn" / RESUME_CHECKPOINT).unlink(missing_ok=True)  # the run is complete: nothing to resume
+            # The run is complete: nothing to resume.
+            (logdir / "nn" / RESUME_CHECKPOINT).unlink(missing_ok=True)
+            (logdir / KEPT_STATE).unlink(missing_ok=True)
     best = logdir / "nn" / f"{params['config']['name']}.pth"
     summary = {"logdir": str(given), "last_checkpoint": str(given / "nn" / "last.pth"),
                "best_checkpoint": str(given / best.relative_to(logdir)) if best.is_file() else None,
                "train_seconds": time.perf_counter() - started, "episodes": observer.episodes,
                "diverged_episodes": observer.diverged, "epochs": observer.history}
+    if resumed_epoch is not None:
+        summary["resumed_from_epoch"] = resumed_epoch
     write_text_atomic(logdir / "train_summary.json", json.dumps(summary, indent=2))
     if observer.episodes and observer.diverged == observer.episodes:
         raise RolloutDivergedError(f"every one of the {observer.episodes} training episodes diverged (non-finite "
@@ -177,3 +219,70 @@ def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: i
     return summary
 
 
+
+
+def _progress_of(state: dict[str, Any], logdir: Path, epoch: int) -> dict[str, Any]:
+    """The epoch history (and episode counts) of the run a resumed state belongs to, up to its ``epoch``: kept in
+    the periodic state itself, or, for a finished run's ``last.pth``, in its ``train_summary.json``."""
+    progress = state.get("nerd_progress")
+    if progress is None and (logdir / "train_summary.json").is_file():
+        summary = json.loads((logdir / "train_summary.json").read_text())
+        progress = {"history": summary.get("epochs", []), "episodes": summary.get("episodes", 0),
+                    "diverged": summary.get("diverged_episodes", 0)}
+    progress = dict(progress or {})
+    progress["history"] = [e for e in progress.get("history", []) if e["epoch"] <= epoch]
+    return progress
+
+
+def _carry_over(logdir: Path) -> None:
+    """Copy a resumed run's checkpoints and TensorBoard events, which the continuing run has set aside
+    (:func:`nerd.run_dir.new_run_dir`), into its new ``nn/`` and ``summaries/`` (files it has not written)."""
+    for sub in ("nn", "summaries"):
+        old = logdir / PREVIOUS_RUN / sub
+        if not old.is_dir():
+            continue
+        (logdir / sub).mkdir(parents=True, exist_ok=True)
+        for path in old.iterdir():
+            target = logdir / sub / path.name
+            if sub == "summaries":
+                # Event files are named by the second they were opened; TensorBoard reads any *tfevents* name.
+                count = 0
+                while target.exists():
+                    count += 1
+                    target = logdir / sub / f"{path.name}.part{count}"
+            if path.is_file() and not target.exists():
+                shutil.copy2(path, target)
+
+
+def interrupted_run_state(logdir: str | Path, max_epochs: int) -> tuple[Path | None, int | None]:
+    """The latest full PPO state an interrupted run in ``logdir`` left, and its epoch (``None, None`` if none).
+
+    Candidates: the run's ``nn/resume.pth``, its final ``nn/last.pth`` (a finished run, extended by a larger
+    ``max_epochs``), rl-games' own periodic ``nn/last_<name>_ep_<n>_rew_<r>.pth``, and the state an earlier
+    continuation kept (:data:`KEPT_STATE`, when that run was killed before its first save). States at or past
+    ``max_epochs`` are left out (rl-games would train one epoch more). The
+    newest is copied to ``logdir/.resume_from.pth``, because the continuing run (``train_policy(..., init_from=that,
+    overwrite=True)``) replaces ``nn/``.
+    """
+    logdir = Path(logdir)
+    nn_dir, kept = logdir / "nn", logdir / KEPT_STATE
+    candidates: list[tuple[int, Path]] = []
+    for path in (nn_dir / RESUME_CHECKPOINT, nn_dir / "last.pth", kept):
+        if path.is_file():
+            epoch = load_rl_games_checkpoint(path).get("epoch")
+            if isinstance(epoch, int):
+                candidates.append((epoch, path))
+    if nn_dir.is_dir():
+        for path in nn_dir.iterdir():
+            match = _RL_GAMES_PERIODIC.match(path.name)
+            if match:
+                candidates.append((int(match.group(1)), path))
+    candidates = [(epoch, path) for epoch, path in candidates if epoch < max_epochs]
+    if not candidates:
+        return None, None
+    epoch, path = max(candidates, key=lambda c: c[0])
+    if path != kept:
+        tmp = kept.with_name(kept.name + ".tmp")
+        shutil.copyfile(path, tmp)
+        os.replace(tmp, kept)
+    return kept, epoch

@@ -18,8 +18,8 @@ after every round, for the ground-truth reward against compute).
 The loop directory holds ``config.yaml`` (the loop as run), ``loop.json`` (what each finished stage produced; the
 loop resumes from it after an interruption: a finished stage is never run again, an interrupted NeRD fine-tune
 continues from its ``nn/last.pt``, an interrupted PPO round from its last full-state checkpoint (written every
-:data:`PPO_CHECKPOINT_EPOCHS` epochs), an interrupted data collection starts over; a resume with more ``rounds``
-extends a finished loop), ``round_<k>/ppo/``
+:data:`~nerd.rl.train.RESUME_EVERY_EPOCHS` epochs), an interrupted data collection starts over; a resume with more
+``rounds`` extends a finished loop), ``round_<k>/ppo/``
 (the rl-games run), ``round_<k>/data/{train,valid}.hdf5``, ``round_<k>/model_<m>/`` (the NeRD fine-tunes),
 ``round_<k>/eval.{json,md}`` and ``eval.{json,md}`` (the final table, with the loop's ground-truth cost).
 """
@@ -29,9 +29,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import os
-import re
-import shutil
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -44,9 +41,8 @@ from nerd.errors import UserError
 from nerd.modes import GROUND_TRUTH, NEURAL
 from nerd.rl.batch_eval import PolicyEvalConfig, batch_evaluate, format_markdown, write_table
 from nerd.rl.config import RLConfig, load_rl_config, with_num_envs
-from nerd.rl.policy import load_rl_games_checkpoint
 from nerd.rl.policy_data import collect_policy_data
-from nerd.rl.train import RESUME_CHECKPOINT, train_policy
+from nerd.rl.train import interrupted_run_state, train_policy
 from nerd.run_dir import ExclusiveLock, clear_run_dir, write_run_record, write_text_atomic
 from nerd.training import TrainConfig, train
 
@@ -54,8 +50,6 @@ STATE_FILE = "loop.json"
 """The loop's record of its finished stages, in the loop directory."""
 LOOP_DIR_ENTRIES = (STATE_FILE, "config.yaml", "git.yaml", "eval.json", "eval.md")
 """The loop's own files in its directory (beside its ``round_<k>`` folders)."""
-PPO_CHECKPOINT_EPOCHS = 10
-"""A PPO round writes its full training state this often, so that a kill loses at most as many epochs."""
 ADDED_KEYS = {"ppo_simulator": NEURAL}
 """Config keys added after loops were recorded, with the value those loops ran with (a resume compares configs)."""
 
@@ -321,59 +315,19 @@ def _ppo_round(cfg: TransferConfig, rl_cfg: RLConfig, models: list[str], previou
     if progress:
         where = f"NeRD ({', '.join(models)})" if cfg.ppo_simulator == NEURAL else "the ground truth"
         print(f"round {k}: PPO in {where} up to epoch {epochs}", flush=True)
-    start, resumed_epoch = _interrupted_round_state(round_dir, epochs)
-    if start is not None and progress:
-        print(f"round {k}: continuing the interrupted PPO run from its epoch {resumed_epoch}", flush=True)
+    resume = interrupted_run_state(round_dir / "ppo", epochs)[0] is not None
     summary = train_policy(run_cfg, round_dir / "ppo", device, seed, max_epochs=epochs, progress=progress,
-                           overwrite=True, init_from=start or previous, checkpoint_every=PPO_CHECKPOINT_EPOCHS)
+                           overwrite=True, init_from=None if resume else previous, resume=resume)
     config = run_cfg.params["config"]
-    if start is not None:
-        # ppo_seconds and the run's train_summary.json then cover only the epochs after this one.
-        record["ppo_resumed_from_epoch"] = resumed_epoch
-    (round_dir / KEPT_PPO_STATE).unlink(missing_ok=True)
+    if resume:
+        # ppo_seconds then counts only the epochs after this one.
+        record["ppo_resumed_from_epoch"] = summary["resumed_from_epoch"]
     record.update(policy=summary["last_checkpoint"], nerd_models=list(models), ppo_simulator=cfg.ppo_simulator,
                   ppo_env_steps=cfg.epochs_per_round * run_cfg.env.num_envs * config["horizon_length"],
                   ppo_seconds=summary["train_seconds"],
                   train_reward=summary["epochs"][-1]["mean_episode_reward"] if summary["epochs"] else None)
     state.save()
     return record["policy"]
-
-
-KEPT_PPO_STATE = "ppo_resume.pth"
-"""An interrupted round's latest PPO state, kept beside ``ppo/`` while the round's run directory is replaced."""
-_RL_GAMES_PERIODIC = re.compile(r"^last_.+_ep_(\d+)_rew_.*\.pth$")
-
-
-def _interrupted_round_state(round_dir: Path, epochs: int) -> tuple[Path | None, int | None]:
-    """The latest full PPO state an interrupted run of this round left (``None, None`` if none), and its epoch.
-
-    Candidates: the run's ``nn/resume.pth``, rl-games' own periodic ``nn/last_<name>_ep_<n>_rew_<r>.pth``, and
-    the state a previous resume kept (:data:`KEPT_PPO_STATE`, when that run was killed before its first save).
-    The newest is copied to :data:`KEPT_PPO_STATE`, since the new run replaces ``ppo/``.
-    """
-    nn_dir = round_dir / "ppo" / "nn"
-    candidates: list[tuple[int, Path]] = []
-    for path in [nn_dir / RESUME_CHECKPOINT, round_dir / KEPT_PPO_STATE]:
-        if path.is_file():
-            epoch = load_rl_games_checkpoint(path).get("epoch")
-            if isinstance(epoch, int):
-                candidates.append((epoch, path))
-    if nn_dir.is_dir():
-        for path in nn_dir.iterdir():
-            match = _RL_GAMES_PERIODIC.match(path.name)
-            if match:
-                candidates.append((int(match.group(1)), path))
-    # A state at or past the round's last epoch belongs to a finished run; rl-games would train one more epoch.
-    candidates = [(epoch, path) for epoch, path in candidates if epoch < epochs]
-    if not candidates:
-        return None, None
-    epoch, path = max(candidates, key=lambda c: c[0])
-    kept = round_dir / KEPT_PPO_STATE
-    if path != kept:
-        tmp = kept.with_name(kept.name + ".tmp")
-        shutil.copyfile(path, tmp)
-        os.replace(tmp, kept)
-    return kept, epoch
 
 
 def _collect(cfg: TransferConfig, rl_cfg: RLConfig, policy: str, k: int, round_dir: Path, record: dict[str, Any],

@@ -14,6 +14,8 @@ Examples:
     python eval/run_rl.py --rl-cfg cfg/rl/Cartpole/swingup_cpu.yaml \
         --nerd-model-path runs/Cartpole_cpu/nn/best.pt --playback runs/rl/cartpole_neural_0/nn/last.pth \
         --video outputs/swingup.gif
+    # continue a training run that was interrupted (it writes its full state every 10 epochs), with its own config
+    python eval/run_rl.py --logdir runs/rl/cartpole_neural_0 --resume
 """
 
 import json
@@ -60,6 +62,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--num-games", type=int, default=64, help="episodes to play back")
     parser.add_argument("--output", default=None, help="playback results JSON")
     parser.add_argument("--logdir", default=None, help="training run directory (default: runs/rl/<robot>__<task>__...)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the interrupted training in --logdir from its last full state (nn/resume.pth, "
+                             "written every 10 epochs), with the run's own config.yaml and seed; --max-epochs may "
+                             "extend it")
     parser.add_argument("--multi-gpu", action="store_true",
                         help="rl-games' multi-GPU PPO under torchrun (sets params.config.multi_gpu; needs --device "
                              "cuda; one GPU per rank)")
@@ -70,6 +76,9 @@ def main(argv: list[str] | None = None) -> None:
     add_viewer_args(parser)
     args = parser.parse_args(argv)
 
+    if args.resume:
+        resume_training(args)
+        return
     if args.rl_cfg is None and args.playback is None:
         raise UserError("--rl-cfg is required to train (only --playback can find its run's config)")
     viewing = viewing_requested(args)
@@ -128,8 +137,43 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     summary = train_policy(cfg, logdir, device, args.seed, args.max_epochs, overwrite=args.overwrite)
-    if not main_rank:
-        return
+    if main_rank:
+        report_training(summary)
+
+
+# What a resumed run takes from its own config.yaml; changing it mid-run would make another run.
+CONFIG_OPTIONS = {"rl_cfg": "--rl-cfg", "cfg_overrides": "--cfg-overrides", "env_mode": "--env-mode",
+                  "nerd_model_path": "--nerd-model-path", "nerd_mirror": "--nerd-mirror", "num_envs": "--num-envs",
+                  "robot_variant": "--robot-variant", "control_mode": "--control-mode", "multi_gpu": "--multi-gpu"}
+
+
+def resume_training(args) -> None:
+    """``--resume``: continue the run in ``--logdir`` from the newest full state it left
+    (:func:`nerd.rl.train.interrupted_run_state`; a finished run's ``last.pth`` with a larger ``--max-epochs``),
+    with its recorded config and seed (:func:`nerd.rl.train.train_policy`'s ``resume``)."""
+    if args.logdir is None:
+        raise UserError("--resume continues the run in --logdir: name it")
+    conflicting = [flag for key, flag in CONFIG_OPTIONS.items() if getattr(args, key, None)]
+    conflicting += [flag for flag, given in (("--playback", args.playback), ("--overwrite", args.overwrite),
+                                             ("--viewer/--video", viewing_requested(args))) if given]
+    if conflicting:
+        raise UserError(f"--resume continues the run in --logdir with its own config.yaml; drop "
+                        f"{', '.join(conflicting)}")
+    logdir = Path(args.logdir)
+    if not (logdir / "config.yaml").is_file():
+        raise UserError(f"nothing to resume: {logdir} holds no training run (no config.yaml)")
+    recorded = load_rl_config(logdir / "config.yaml")
+    device = resolve_device(args.device)
+    quiet_warp()
+    from nerd.rl.train import train_policy
+
+    summary = train_policy(recorded, logdir, device, int(recorded.params.get("seed", 0)), args.max_epochs,
+                           resume=True)
+    report_training(summary)
+
+
+def report_training(summary: dict) -> None:
+    """Print a training run's final reward, divergence count and checkpoints."""
     final = summary["epochs"][-1] if summary["epochs"] else None
     diverged = summary["diverged_episodes"]
     print(f"trained in {summary['train_seconds']:.0f} s"

@@ -169,6 +169,53 @@ def test_bad_inputs_are_one_line_errors(args, message, tmp_path, monkeypatch, ca
     assert not (tmp_path / "run").exists()
 
 
+def test_resume_continues_an_interrupted_run_and_extends_a_finished_one(trained_policy, tmp_path, monkeypatch,
+                                                                       capsys):
+    """--resume takes the run's own config and newest state: killed after its epoch-4 state, the run goes on
+    from epoch 4 (not 0) to the new --max-epochs; flags that would change the run are refused."""
+    import shutil
+
+    from nerd.rl import train as rl_train
+    from nerd.rl.policy import load_rl_games_checkpoint
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_policy, run)
+    monkeypatch.chdir(trained_policy.parent)  # the run's config names its NeRD model relative to here
+    code, _, err = run_script("eval/run_rl.py", "--logdir", str(run), "--resume", monkeypatch=monkeypatch,
+                              capsys=capsys)
+    assert code == 1 and "no saved state before epoch 3" in error_lines(err)[0]
+    # Extended from its finished epoch 3 and killed after epoch 5, with a state every 2 epochs (the last at 4).
+    monkeypatch.setattr(rl_train, "RESUME_EVERY_EPOCHS", 2)
+    plain = rl_train.ProgressObserver.after_print_stats
+
+    def killed_after_5(self, frame, epoch_num, total_time):
+        plain(self, frame, epoch_num, total_time)
+        if epoch_num == 5:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(rl_train.ProgressObserver, "after_print_stats", killed_after_5)
+    code, out, _ = run_script("eval/run_rl.py", "--logdir", str(run), "--resume", "--max-epochs", "7",
+                              monkeypatch=monkeypatch, capsys=capsys)
+    assert code != 0 and "continuing from epoch 3 up to epoch 7" in out
+    assert load_rl_games_checkpoint(run / "nn" / rl_train.RESUME_CHECKPOINT)["epoch"] == 4
+    monkeypatch.setattr(rl_train.ProgressObserver, "after_print_stats", plain)
+    code, out, _ = run_script("eval/run_rl.py", "--logdir", str(run), "--resume", "--max-epochs", "7",
+                              monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 0 and "continuing from epoch 4 up to epoch 7" in out
+    # The history, checkpoints and TensorBoard events of all three parts are kept.
+    epochs = [e["epoch"] for e in json.loads((run / "train_summary.json").read_text())["epochs"]]
+    assert epochs == sorted(set(epochs)) and {3, 4, 5, 6, 7} <= set(epochs)
+    assert len(list((run / "summaries").glob("events.out.tfevents.*"))) == 3
+    assert load_rl_games_checkpoint(run / "nn/last.pth")["epoch"] == 7
+    assert not (run / "nn" / rl_train.RESUME_CHECKPOINT).exists() and not (run / rl_train.KEPT_STATE).exists()
+    for args, message in ((["--resume"], "--resume continues the run in --logdir: name it"),
+                          (["--resume", "--logdir", str(run), "--rl-cfg", CARTPOLE_CFG, "--overwrite"],
+                           "drop --rl-cfg, --overwrite"),
+                          (["--resume", "--logdir", str(tmp_path / "none")], "holds no training run")):
+        code, _, err = run_script("eval/run_rl.py", *args, monkeypatch=monkeypatch, capsys=capsys)
+        assert code == 1 and message in error_lines(err)[0], err[-300:]
+
+
 def test_existing_run_directory_needs_overwrite(trained_policy, monkeypatch, capsys):
     """Training into a run directory that holds a run is refused without --overwrite."""
     code, _, err = run_script("eval/run_rl.py", "--rl-cfg", CARTPOLE_CFG, "--env-mode", "ground-truth",

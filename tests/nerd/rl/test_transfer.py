@@ -19,12 +19,13 @@ from nerd.features import RobotSignature, signature_of_env
 from nerd.generation import GenerationConfig, generate_dataset
 from nerd.models.nerd_model import NeRDModel
 from nerd.modes import GROUND_TRUTH
+from nerd.rl import train as rl_train
 from nerd.rl import transfer
 from nerd.rl.config import load_rl_config, with_num_envs
 from nerd.rl.playback import play_policy
 from nerd.rl.policy import load_rl_games_checkpoint
 from nerd.rl.policy_data import collect_policy_data
-from nerd.rl.train import ProgressObserver, train_policy
+from nerd.rl.train import KEPT_STATE, ProgressObserver, train_policy
 from nerd.rl.transfer import TransferConfig, run_transfer_loop
 from nerd.rl.vec_env import make_vec_env
 from tests.helpers import REPO, TINY
@@ -264,7 +265,7 @@ def test_a_ppo_round_killed_midway_continues_from_its_last_checkpoint(tiny, tmp_
     is killed again before its own first checkpoint; the finished round leaves no resume state behind."""
     _, (a, _), _ = tiny
     cfg = loop_config(tmp_path, a, refine=None, rounds=1, epochs_per_round=4)
-    monkeypatch.setattr(transfer, "PPO_CHECKPOINT_EPOCHS", 2)
+    monkeypatch.setattr(rl_train, "RESUME_EVERY_EPOCHS", 2)
     plain = ProgressObserver.after_print_stats
 
     def kill_at(epoch: int, before_save: bool):
@@ -285,16 +286,16 @@ def test_a_ppo_round_killed_midway_continues_from_its_last_checkpoint(tiny, tmp_
     monkeypatch.setattr(ProgressObserver, "after_print_stats", kill_at(3, before_save=True))
     with pytest.raises(KeyboardInterrupt):
         run_transfer_loop(cfg, loop, resume=True, progress=False)
-    assert load_rl_games_checkpoint(loop / "round_0" / transfer.KEPT_PPO_STATE)["epoch"] == 2
+    assert load_rl_games_checkpoint(loop / "round_0/ppo" / KEPT_STATE)["epoch"] == 2
     monkeypatch.setattr(ProgressObserver, "after_print_stats", plain)
     run_transfer_loop(cfg, loop, resume=True, progress=False)
     record = json.loads((loop / "loop.json").read_text())["rounds"][0]
     assert record["ppo_resumed_from_epoch"] == 2
     ppo = json.loads((loop / "round_0/ppo/train_summary.json").read_text())
-    assert [e["epoch"] for e in ppo["epochs"]] == [3, 4]
+    assert [e["epoch"] for e in ppo["epochs"]] == [1, 2, 3, 4]  # the killed part's history is kept
     assert load_rl_games_checkpoint(loop / "round_0/ppo/nn/last.pth")["epoch"] == 4
     assert not (loop / "round_0/ppo/nn/resume.pth").exists()
-    assert not (loop / "round_0" / transfer.KEPT_PPO_STATE).exists()
+    assert not (loop / "round_0/ppo" / KEPT_STATE).exists()
 
 
 def test_a_finished_loop_is_extended_by_a_resume_with_more_rounds(tiny, tmp_path):
