@@ -15,8 +15,10 @@ interrupted one continues from its ``nn/last.pt``, and finished evaluations (``a
 run, ``ant/ground_truth.json``) are not rerun. At the end ``ablation.json``, ``ablation.md`` and ``ablation.png``
 (a bar per variant and test case, our ratio beside the paper's) are written in ``--logdir``.
 
-Example, from the repository root:
+Example, from the repository root (the second command: the same study at a quarter of the budget):
     OMP_NUM_THREADS=1 python studies/ablation/ablation.py --spec studies/ablation/ablation.yaml --logdir runs/ablation
+    OMP_NUM_THREADS=1 python studies/ablation/ablation.py --spec studies/ablation/ablation.yaml \
+        --logdir runs/ablation_5min --cfg-overrides budget_minutes=5
 """
 
 from __future__ import annotations
@@ -402,10 +404,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--logdir", default="runs/ablation", help="where runs and results go (default: runs/ablation)")
     parser.add_argument("--only", nargs="+", default=None, help="variants to run (default: all; NeRD always runs)")
     parser.add_argument("--cases", nargs="+", choices=CASES, default=None, help="test cases (default: both)")
+    parser.add_argument("--cfg-overrides", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="spec overrides, e.g. budget_minutes=5 (with its own --logdir: a second budget)")
     parser.add_argument("--device", default="cpu", help="torch/Warp device (default: cpu)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars (the progress lines stay)")
     args = parser.parse_args(argv)
-    spec = load_config(args.spec, AblationSpec)
+    spec = load_config(args.spec, AblationSpec, args.cfg_overrides)
     record = run_study(spec, args.logdir, args.only, args.cases, args.device, not args.no_progress)
     print(format_markdown(spec, record["ratios"]), flush=True)
 

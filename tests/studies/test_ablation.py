@@ -105,3 +105,5 @@ def test_a_bad_spec_names_its_key(tmp_path, monkeypatch, capsys):
         assert code == 1 and expected in "".join(error_lines(err)), err
     code, _, err = run(tmp_path, base, monkeypatch, capsys, "--only", "mlp")
     assert code == 1 and "unknown variant" in "".join(error_lines(err))
+    code, _, err = run(tmp_path, base, monkeypatch, capsys, "--cfg-overrides", "budget_minutes=-1")
+    assert code == 1 and "budget_minutes" in "".join(error_lines(err)), err
