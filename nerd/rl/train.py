@@ -191,6 +191,10 @@ def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: i
             agent = runner.algo_factory.create(runner.algo_name, base_name="run", params=runner.params)
             if init_from is not None:
                 agent.set_full_state_weights(load_rl_games_checkpoint(init_from, device), set_epoch=True)
+                # rl-games restores the optimiser, its learning rate included, but resets the adaptive schedule's
+                # current rate to the config's, which its first update then writes back: a continued run would
+                # step at the initial rate where the schedule had lowered it (a policy collapse, seen on the Franka).
+                agent.last_lr = float(agent.optimizer.param_groups[0]["lr"])
             if resume:
                 _carry_over(logdir)
             if main_rank:

@@ -260,6 +260,21 @@ def test_faithful_loop_trains_in_one_model_and_checks_its_inputs(tiny, tmp_path,
     assert not (tmp_path / "x" / "loop.json").exists()
 
 
+def test_a_continued_run_keeps_the_adaptive_learning_rate(tiny, tmp_path):
+    """A run continued from a checkpoint goes on at the learning rate the adaptive schedule had reached, not at
+    the config's: from 1e-8 (the schedule's floor is 1e-6, its steps x1.5 per minibatch) it stays near 1e-6, where
+    a restart at the config's 3e-4 could not fall below 3e-4 / 1.5^8 = 1.2e-5 in one epoch of 8 minibatches."""
+    root, models, policy = tiny
+    state = load_rl_games_checkpoint(policy)
+    for group in state["optimizer"]["param_groups"]:
+        group["lr"] = 1e-8
+    torch.save(state, tmp_path / "slow.pth")
+    summary = train_policy(rl_config(models[0]), tmp_path / "continued", max_epochs=2, progress=False,
+                           init_from=tmp_path / "slow.pth")
+    lr = load_rl_games_checkpoint(summary["last_checkpoint"])["optimizer"]["param_groups"][0]["lr"]
+    assert lr <= 2e-6
+
+
 def test_a_ppo_round_killed_midway_continues_from_its_last_checkpoint(tiny, tmp_path, monkeypatch):
     """A round killed after its epoch-2 checkpoint continues from epoch 2 (not from 0), also when the resumed run
     is killed again before its own first checkpoint; the finished round leaves no resume state behind."""
