@@ -223,8 +223,6 @@ def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: i
     return summary
 
 
-
-
 def _progress_of(state: dict[str, Any], logdir: Path, epoch: int) -> dict[str, Any]:
     """The epoch history (and episode counts) of the run a resumed state belongs to, up to its ``epoch``: kept in
     the periodic state itself, or, for a finished run's ``last.pth``, in its ``train_summary.json``."""
@@ -264,9 +262,8 @@ def interrupted_run_state(logdir: str | Path, max_epochs: int) -> tuple[Path | N
     Candidates: the run's ``nn/resume.pth``, its final ``nn/last.pth`` (a finished run, extended by a larger
     ``max_epochs``), rl-games' own periodic ``nn/last_<name>_ep_<n>_rew_<r>.pth``, and the state an earlier
     continuation kept (:data:`KEPT_STATE`, when that run was killed before its first save). States at or past
-    ``max_epochs`` are left out (rl-games would train one epoch more). The
-    newest is copied to ``logdir/.resume_from.pth``, because the continuing run (``train_policy(..., init_from=that,
-    overwrite=True)``) replaces ``nn/``.
+    ``max_epochs`` are left out (rl-games would train one epoch more). The newest is copied to
+    ``logdir/.resume_from.pth``, because the continuing run (``train_policy(..., resume=True)``) replaces ``nn/``.
     """
     logdir = Path(logdir)
     nn_dir, kept = logdir / "nn", logdir / KEPT_STATE
