@@ -155,17 +155,24 @@ def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: i
     stream = sys.stdout
     # rl-games' multi-GPU runs (torchrun): rank 0 alone writes the run directory, as rl-games itself does.
     main_rank = not params["config"].get("multi_gpu") or rank_from_env().is_main
-    resumed_epoch, progress_so_far = None, {}
+    resumed_epoch, resumed_state, progress_so_far = None, None, {}
     if resume:
         if params["config"].get("multi_gpu"):
             raise UserError("resuming continues single-process runs; a multi-GPU run has to be started again")
-        init_from, resumed_epoch = interrupted_run_state(logdir, params["config"]["max_epochs"])
-        if init_from is None:
+        found, resumed_epoch = interrupted_run_state(logdir, params["config"]["max_epochs"])
+        if found is None:
             raise UserError(f"nothing to resume in {given}: no saved state before epoch "
                             f"{params['config']['max_epochs']} (a run writes nn/resume.pth every "
                             f"{RESUME_EVERY_EPOCHS} epochs and nn/last.pth at its end; a larger max_epochs extends "
                             "a finished run)")
-        progress_so_far = _progress_of(load_rl_games_checkpoint(init_from), logdir, resumed_epoch)
+        # Kept outside nn/, which the continuing run sets aside, until that run ends.
+        init_from = logdir / KEPT_STATE
+        if found != init_from:
+            tmp = init_from.with_name(init_from.name + ".tmp")
+            shutil.copyfile(found, tmp)
+            os.replace(tmp, init_from)
+        resumed_state = load_rl_games_checkpoint(init_from, device)
+        progress_so_far = _progress_of(resumed_state, logdir, resumed_epoch)
         overwrite = True
         if progress:
             print(f"{given}: continuing from epoch {resumed_epoch} up to epoch {params['config']['max_epochs']}",
@@ -190,7 +197,8 @@ def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: i
             # (minutes of compilation on a CPU) and gives no handle on the agent for the final save.
             agent = runner.algo_factory.create(runner.algo_name, base_name="run", params=runner.params)
             if init_from is not None:
-                agent.set_full_state_weights(load_rl_games_checkpoint(init_from, device), set_epoch=True)
+                agent.set_full_state_weights(resumed_state or load_rl_games_checkpoint(init_from, device),
+                                             set_epoch=True)
                 # rl-games restores the optimiser, its learning rate included, but resets the adaptive schedule's
                 # current rate to the config's, which its first update then writes back: a continued run would
                 # step at the initial rate where the schedule had lowered it (a policy collapse, seen on the Franka).
@@ -262,8 +270,8 @@ def interrupted_run_state(logdir: str | Path, max_epochs: int) -> tuple[Path | N
     Candidates: the run's ``nn/resume.pth``, its final ``nn/last.pth`` (a finished run, extended by a larger
     ``max_epochs``), rl-games' own periodic ``nn/last_<name>_ep_<n>_rew_<r>.pth``, and the state an earlier
     continuation kept (:data:`KEPT_STATE`, when that run was killed before its first save). States at or past
-    ``max_epochs`` are left out (rl-games would train one epoch more). The newest is copied to
-    ``logdir/.resume_from.pth``, because the continuing run (``train_policy(..., resume=True)``) replaces ``nn/``.
+    ``max_epochs`` are left out (rl-games would train one epoch more). Reads only: ``train_policy(...,
+    resume=True)`` keeps the newest as ``logdir/.resume_from.pth``, because the continuing run replaces ``nn/``.
     """
     logdir = Path(logdir)
     nn_dir, kept = logdir / "nn", logdir / KEPT_STATE
@@ -282,8 +290,4 @@ def interrupted_run_state(logdir: str | Path, max_epochs: int) -> tuple[Path | N
     if not candidates:
         return None, None
     epoch, path = max(candidates, key=lambda c: c[0])
-    if path != kept:
-        tmp = kept.with_name(kept.name + ".tmp")
-        shutil.copyfile(path, tmp)
-        os.replace(tmp, kept)
-    return kept, epoch
+    return path, epoch
