@@ -29,7 +29,7 @@ _CONVERT_CHUNK = 1024  # trajectories converted at a time, to bound the temporar
 
 def dataset_files(spec: str | Path | Sequence[str | Path]) -> list[Path]:
     """The HDF5 files of a dataset given as one file, a directory (its ``*.hdf5`` files, sorted: the parts
-    that sharded generation writes) or a list of files, in that order.
+    that sharded generation writes) or a list of files and directories, in that order.
 
     Raises:
         DatasetError: If a directory holds no ``.hdf5`` file or the list is empty.
@@ -42,10 +42,9 @@ def dataset_files(spec: str | Path | Sequence[str | Path]) -> list[Path]:
                 raise DatasetError(f"dataset directory {path} holds no .hdf5 files")
             return files
         return [path]
-    files = [Path(p) for p in spec]
-    if not files:
+    if not spec:
         raise DatasetError("the dataset list is empty")
-    return files
+    return [file for entry in spec for file in dataset_files(str(entry))]
 
 
 def piece_starts(length: int, piece: int, history: int) -> list[int]:

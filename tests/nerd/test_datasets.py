@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from nerd.datasets.hdf5 import TRAJECTORY_FIELDS, DatasetError, load_trajectories, read_attrs
-from nerd.datasets.windows import TrajectoryWindows, piece_starts
+from nerd.datasets.windows import TrajectoryWindows, dataset_files, piece_starts
 from nerd.envs import make_env
 from nerd.errors import UserError
 from nerd.generation import GenerationConfig, finite_trajectories, generate_dataset
@@ -217,6 +217,23 @@ def test_reader_rejects_bad_files(tmp_path):
         f.create_group("data")
     with pytest.raises(DatasetError, match=TRAJECTORY_FIELDS[0]):
         read_attrs(tmp_path / "foreign.hdf5")
+
+
+def test_a_dataset_list_may_name_directories(tmp_path):
+    """A list entry that is a directory stands for its ``*.hdf5`` files, sorted (as a directory alone does), so a
+    transfer loop's ``refine.base_train`` may name a folder of parts beside single files."""
+    (tmp_path / "parts").mkdir()
+    for name in ("b.hdf5", "a.hdf5", "notes.txt", "c.hdf5.partial"):
+        (tmp_path / "parts" / name).touch()
+    single = tmp_path / "single.hdf5"
+    assert dataset_files([single, tmp_path / "parts"]) == [single, tmp_path / "parts/a.hdf5",
+                                                            tmp_path / "parts/b.hdf5"]
+    assert dataset_files(str(tmp_path / "parts")) == [tmp_path / "parts/a.hdf5", tmp_path / "parts/b.hdf5"]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DatasetError, match="holds no .hdf5"):
+        dataset_files([single, tmp_path / "empty"])
+    with pytest.raises(DatasetError, match="list is empty"):
+        dataset_files([])
 
 
 def test_same_seed_same_data(tmp_path):
