@@ -44,7 +44,7 @@ def dataset_files(spec: str | Path | Sequence[str | Path]) -> list[Path]:
         return [path]
     if not spec:
         raise DatasetError("the dataset list is empty")
-    return [file for entry in spec for file in dataset_files(str(entry))]
+    return [file for entry in spec for file in dataset_files(Path(entry))]
 
 
 def piece_starts(length: int, piece: int, history: int) -> list[int]:

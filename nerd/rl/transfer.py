@@ -37,6 +37,7 @@ import yaml
 
 from nerd.calibration import ensemble_calibration
 from nerd.config import ConfigError, check_range, load_config, to_dict
+from nerd.datasets.windows import dataset_files
 from nerd.errors import UserError
 from nerd.modes import GROUND_TRUTH, NEURAL
 from nerd.rl.batch_eval import PolicyEvalConfig, batch_evaluate, format_markdown, write_table
@@ -175,6 +176,7 @@ def check_transfer_config(cfg: TransferConfig) -> tuple[RLConfig, TrainConfig | 
         for path in cfg.refine.base_train + cfg.refine.base_valid:
             if not Path(path).exists():
                 raise FileNotFoundError(f"dataset not found: {path} (refine.base_train / refine.base_valid)")
+            dataset_files(path)  # a folder without parts fails here, not at the first fine-tune after hours of PPO
         if not cfg.refine.base_valid and cfg.refine.valid_fraction == 0:
             raise ConfigError("config key 'refine.valid_fraction': the fine-tunes need validation data; give "
                               "refine.base_valid or a positive valid_fraction")
@@ -376,7 +378,7 @@ def _refine(cfg: TransferConfig, train_cfg: TrainConfig, models: list[str], data
         run_dir = round_dir / f"model_{m}"
         if progress:
             print(f"round {k}: fine-tuning {model} for {refine.finetune_minutes:g} CPU-min on "
-                  f"{len(refine.base_train)} base + {len(policy_train)} policy data files", flush=True)
+                  f"{len(dataset_files(refine.base_train))} base + {len(policy_train)} policy data files", flush=True)
         # A fine-tune interrupted after its first epoch continues; one without a checkpoint starts over.
         resume = (run_dir / "nn" / "last.pt").is_file()
         summary = (yaml.safe_load((run_dir / "summary.yaml").read_text()) if (run_dir / "summary.yaml").is_file()

@@ -2,6 +2,7 @@
 
 import copy
 import json
+from dataclasses import asdict
 
 import h5py
 import pytest
@@ -11,7 +12,7 @@ import yaml
 from nerd.calibration import ensemble_calibration
 from nerd.checkpoint import load_checkpoint, save_checkpoint
 from nerd.config import ConfigError, from_dict
-from nerd.datasets.hdf5 import read_attrs
+from nerd.datasets.hdf5 import DatasetError, read_attrs
 from nerd.datasets.windows import TrajectoryWindows
 from nerd.envs import make_env
 from nerd.errors import UserError
@@ -257,6 +258,10 @@ def test_faithful_loop_trains_in_one_model_and_checks_its_inputs(tiny, tmp_path,
         run_transfer_loop(loop_config(tmp_path, str(tmp_path / "missing.pt")), tmp_path / "x", progress=False)
     with pytest.raises(ConfigError, match="refine.gt_fraction"):
         loop_config(tmp_path, a, refine={"train_cfg": "x.yaml", "gt_fraction": 2.0})
+    (tmp_path / "no_parts").mkdir()
+    refine = {**asdict(loop_config(tmp_path, a).refine), "base_train": [str(tmp_path / "no_parts")]}
+    with pytest.raises(DatasetError, match="no_parts holds no .hdf5"):
+        run_transfer_loop(loop_config(tmp_path, a, refine=refine), tmp_path / "x", progress=False)
     assert not (tmp_path / "x" / "loop.json").exists()
 
 
