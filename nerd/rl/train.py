@@ -54,6 +54,11 @@ class ProgressObserver(DefaultAlgoObserver):
     """Records (and prints) the mean episode reward and length of the last 100 episodes after every epoch, and
     counts the episodes that ended because the NeRD state diverged (``infos["diverged"]``).
 
+    Each epoch's record also holds the mean per env-step of every reward term (``infos["reward_terms"]``: the task's
+    terms, and an ensemble's ``disagreement`` penalty) and, with an ensemble, of the members' disagreement itself
+    (``infos["disagreement"]``): what PPO traded for what. Both go to TensorBoard too (``reward_terms/<name>``,
+    ``ensemble/disagreement``).
+
     Args:
         progress: Print one line per epoch.
         stream: Where to print (rl-games' own prints are silenced by redirecting ``sys.stdout``).
@@ -67,19 +72,33 @@ class ProgressObserver(DefaultAlgoObserver):
         self.stream = stream
         self.checkpoint = checkpoint
         self.checkpoint_every = checkpoint_every
-        self.history: list[dict[str, float]] = []
+        self.history: list[dict[str, Any]] = []
         """One record per epoch that had finished episodes: epoch, frames (policy steps summed over the envs up to
-        the end of the epoch, rl-games' "frames"), seconds, mean reward and length."""
+        the end of the epoch, rl-games' "frames"), seconds, mean reward and length, and the epoch's means per
+        env-step (``reward_terms``, ``disagreement``)."""
         self.episodes = 0
         """Episodes finished so far (all envs)."""
         self.diverged = 0
         """Of those, episodes ended by a non-finite NeRD state."""
+        # Sums over the epoch's env-steps, kept as tensors so that a GPU run does not synchronise every step.
+        self._term_sums: dict[str, torch.Tensor] = {}
+        self._disagreement_sum: torch.Tensor | None = None
+        self._steps = 0
 
     def process_infos(self, infos: dict, done_indices: torch.Tensor) -> None:
         super().process_infos(infos, done_indices)
         if isinstance(infos, dict) and "diverged" in infos:
             self.episodes += len(done_indices)
             self.diverged += int(infos["diverged"].sum())
+        if not isinstance(infos, dict) or "reward_terms" not in infos:
+            return
+        for name, value in infos["reward_terms"].items():
+            total = value.detach().sum()
+            self._term_sums[name] = self._term_sums[name] + total if name in self._term_sums else total
+        if "disagreement" in infos:
+            total = infos["disagreement"].detach().sum()
+            self._disagreement_sum = total if self._disagreement_sum is None else self._disagreement_sum + total
+        self._steps += len(infos["terminated"])
 
     def after_print_stats(self, frame: int, epoch_num: int, total_time: float) -> None:
         super().after_print_stats(frame, epoch_num, total_time)
@@ -93,8 +112,25 @@ class ProgressObserver(DefaultAlgoObserver):
             torch.save(state, tmp)
             os.replace(tmp, self.checkpoint)
 
+    def _step_means(self, epoch_num: int) -> dict[str, Any]:
+        """The epoch's means per env-step (reward terms, disagreement), logged to TensorBoard; the sums restart."""
+        means: dict[str, Any] = {}
+        if self._steps:
+            means["reward_terms"] = {name: float(total) / self._steps for name, total in self._term_sums.items()}
+            if self._disagreement_sum is not None:
+                means["disagreement"] = float(self._disagreement_sum) / self._steps
+            writer = getattr(self.algo, "writer", None)
+            if writer is not None:
+                for name, value in means["reward_terms"].items():
+                    writer.add_scalar(f"reward_terms/{name}", value, epoch_num)
+                if "disagreement" in means:
+                    writer.add_scalar("ensemble/disagreement", means["disagreement"], epoch_num)
+        self._term_sums, self._disagreement_sum, self._steps = {}, None, 0
+        return means
+
     def _record(self, epoch_num: int, total_time: float) -> None:
         algo = self.algo
+        step_means = self._step_means(epoch_num)
         if algo.game_rewards.current_size == 0:
             return
         # rl-games passes the frame count from before the epoch (0 after the first one); count the epoch's steps too.
@@ -102,7 +138,7 @@ class ProgressObserver(DefaultAlgoObserver):
         record = {"epoch": int(epoch_num), "frames": steps, "seconds": float(total_time),
                   "mean_episode_reward": float(algo.game_rewards.get_mean()[0]),
                   "mean_episode_length": float(algo.game_lengths.get_mean()),
-                  "episodes": self.episodes, "diverged_episodes": self.diverged}
+                  "episodes": self.episodes, "diverged_episodes": self.diverged, **step_means}
         self.history.append(record)
         if self.progress:
             diverged = f", {self.diverged} of {self.episodes} episodes so far diverged" if self.diverged else ""

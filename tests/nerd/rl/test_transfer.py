@@ -132,6 +132,25 @@ def test_disagreement_penalty_changes_rewards_only_where_the_members_disagree(ti
     assert 0 < int(terminated[0].sum()) < len(terminated[0])
 
 
+def test_training_records_each_reward_term_and_the_disagreement_per_epoch(tiny, tmp_path):
+    """PPO in a penalised ensemble records, per epoch, the mean per env-step of every reward term and of the members'
+    disagreement (the penalty term is exactly -penalty x the disagreement), in its summary and in TensorBoard."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    _, (a, b), _ = tiny
+    cfg = rl_config([a, b], disagreement_penalty=5.0)
+    summary = train_policy(cfg, tmp_path / "ppo", max_epochs=2, progress=False)
+    record = summary["epochs"][-1]
+    assert set(record["reward_terms"]) == set(step_rewards(cfg, steps=1)[3][0]) >= {"disagreement"}
+    assert record["disagreement"] > 0
+    assert record["reward_terms"]["disagreement"] == pytest.approx(-5.0 * record["disagreement"], rel=1e-5)
+    events = EventAccumulator(str(tmp_path / "ppo" / "summaries"))
+    events.Reload()
+    logged = events.Scalars("ensemble/disagreement")
+    assert [e.step for e in logged][-1] == record["epoch"]
+    assert logged[-1].value == pytest.approx(record["disagreement"], rel=1e-5)
+
+
 def test_disagreement_options_need_an_ensemble_and_evaluation_ignores_them(tiny, tmp_path):
     root, (a, b), policy = tiny
     with pytest.raises(UserError, match="need an ensemble"):
