@@ -93,11 +93,10 @@ class ProgressObserver(DefaultAlgoObserver):
         if not isinstance(infos, dict) or "reward_terms" not in infos:
             return
         for name, value in infos["reward_terms"].items():
-            total = value.detach().sum()
-            self._term_sums[name] = self._term_sums[name] + total if name in self._term_sums else total
+            self._term_sums[name] = self._term_sums.get(name, 0) + value.detach().sum()
         if "disagreement" in infos:
-            total = infos["disagreement"].detach().sum()
-            self._disagreement_sum = total if self._disagreement_sum is None else self._disagreement_sum + total
+            so_far = 0 if self._disagreement_sum is None else self._disagreement_sum  # no bool(tensor): a GPU sync
+            self._disagreement_sum = so_far + infos["disagreement"].detach().sum()
         self._steps += len(infos["terminated"])
 
     def after_print_stats(self, frame: int, epoch_num: int, total_time: float) -> None:
