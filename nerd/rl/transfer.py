@@ -13,7 +13,7 @@ One YAML file (:class:`TransferConfig`, ``cfg/transfer/``) describes the whole l
 Without ``refine`` the loop is the faithful recipe: the same PPO, in the same model from the first to the last
 epoch. With ``ppo_simulator: ground-truth`` it is the control: the same PPO rounds in the analytical simulator.
 After the last round the final policy is evaluated in both simulators (:mod:`nerd.rl.batch_eval`; optionally
-after every round, for the ground-truth reward against compute).
+after every round, for the ground-truth reward against compute, and then the last round's table is the final one).
 
 The loop directory holds ``config.yaml`` (the loop as run), ``loop.json`` (what each finished stage produced; the
 loop resumes from it after an interruption: a finished stage is never run again, an interrupted NeRD fine-tune
@@ -291,7 +291,12 @@ def run_transfer_loop(cfg: TransferConfig, logdir: str | Path, device: str = "cp
                     state.save()
         final = state.data.setdefault("final", {})
         if "eval" not in final:
-            table = _evaluate(cfg, [policy], models, device, progress)
+            last_eval = logdir / f"round_{cfg.rounds - 1}" / "eval.json"
+            if "eval" in state.round(cfg.rounds - 1) and last_eval.is_file():
+                # Every round was evaluated: the last round's table is the final policy in the final models.
+                table = json.loads(last_eval.read_text())
+            else:
+                table = _evaluate(cfg, [policy], models, device, progress)
             table["loop"] = loop_cost(state.data)
             write_table(table, logdir / "eval.json")
             final.update(eval=_table_cells(table), policy=policy, nerd_models=models)

@@ -182,7 +182,7 @@ def loop_config(root, models, **changes) -> TransferConfig:
     return from_dict(TransferConfig, data)
 
 
-def test_transfer_loop_refines_the_models_resumes_and_reports_its_cost(tiny, tmp_path, capsys):
+def test_transfer_loop_refines_the_models_resumes_and_reports_its_cost(tiny, tmp_path, capsys, monkeypatch):
     """Two rounds in an ensemble of two tiny models: PPO, ground-truth data of the policy within the budget, the
     ensemble's calibration on it, fine-tunes that change each model, PPO continued in them, the table in both
     simulators; a resume reruns only what is missing."""
@@ -228,6 +228,19 @@ def test_transfer_loop_refines_the_models_resumes_and_reports_its_cost(tiny, tmp
     assert (tmp_path / "loop/round_0/ppo/nn/last.pth").stat().st_mtime_ns == kept
     state = json.loads((tmp_path / "loop/loop.json").read_text())
     assert state["rounds"][0]["eval"]["ground_truth"] is not None
+    # With every round evaluated, the final table is the last round's, not a second evaluation of that policy.
+    unfinished = copy.deepcopy(state)
+    del unfinished["final"]
+    (tmp_path / "loop/loop.json").write_text(json.dumps(unfinished))
+    with monkeypatch.context() as patch:
+        patch.setattr("nerd.rl.transfer._evaluate", lambda *a, **k: pytest.fail("the last policy evaluated twice"))
+        final = run_transfer_loop(loop_config(tmp_path, [a, b], evaluation={"num_games": 4, "num_envs": 4,
+                                                                             "every_round": True}),
+                                  tmp_path / "loop", resume=True, progress=False)
+    last_round = json.loads((tmp_path / "loop/round_1/eval.json").read_text())
+    assert final["rows"] == last_round["rows"] and "loop" in final
+    state = json.loads((tmp_path / "loop/loop.json").read_text())
+    assert state["final"]["eval"] == state["rounds"][1]["eval"]
     # Interrupted after the first round: the resume reruns the second round only.
     kept = (tmp_path / "loop/round_0/ppo/nn/last.pth").stat().st_mtime_ns
     partial = copy.deepcopy(state)
