@@ -3,7 +3,9 @@
 Every policy (typically one PPO seed each) plays ``num_games`` episodes in every simulator from the same
 initial states (the vec env's reset stream is reseeded with ``seed`` before each evaluation). The table holds
 mean ± std episode reward per simulator and the relative gap (neural − GT) / |GT| of the means, per policy and
-over all episodes of all policies pooled; it is printed and written as JSON and Markdown. Episodes that ended in
+over all episodes of all policies pooled, and each cell's mean reward at every step of an episode (where in an
+episode two simulators part); it is printed and written as JSON and Markdown, and the per-step reward of the pooled
+row as a PNG. Episodes that ended in
 a non-finite NeRD state are counted per cell (``num_diverged``, shown in the Markdown when not zero); a policy
 whose episodes all diverge fails the evaluation (:func:`nerd.rl.playback.evaluate_policy`).
 """
@@ -59,6 +61,19 @@ def _stats(rewards: list[float]) -> dict[str, float]:
     return {"mean": float(r.mean()), "std": float(r.std()), "num_games": len(r)}
 
 
+def _pooled_per_step(results: list[dict[str, Any]]) -> dict[str, list]:
+    """The mean reward at each step over the episodes of several evaluations running at that step, and how many
+    ran (``reward_per_step``, ``episodes_per_step``)."""
+    steps = max(len(r["reward_per_step"]) for r in results)
+    sums, counts = np.zeros(steps), np.zeros(steps)
+    for r in results:
+        k = len(r["reward_per_step"])
+        sums[:k] += np.asarray(r["reward_per_step"]) * np.asarray(r["episodes_per_step"])
+        counts[:k] += r["episodes_per_step"]
+    return {"reward_per_step": (sums / np.maximum(counts, 1)).tolist(),
+            "episodes_per_step": counts.astype(int).tolist()}
+
+
 def relative_gap(neural: float, gt: float) -> float | None:
     """(neural − GT) / |GT|, or None when GT is zero."""
     return None if gt == 0 else (neural - gt) / abs(gt)
@@ -91,6 +106,7 @@ def batch_evaluate(cfg: PolicyEvalConfig, device: str = "cpu", progress: bool = 
     rewards: dict[str, dict[str, list[float]]] = {sim: {} for sim in env_cfgs}
     lengths: dict[str, dict[str, list[int]]] = {sim: {} for sim in env_cfgs}
     diverged: dict[str, dict[str, int]] = {sim: {} for sim in env_cfgs}
+    results: dict[str, dict[str, dict[str, Any]]] = {sim: {} for sim in env_cfgs}
     for simulator, env_cfg in env_cfgs.items():
         vec_env = make_vec_env(env_cfg, device, cfg.seed)
         for index, path in enumerate(cfg.checkpoints):
@@ -100,6 +116,7 @@ def batch_evaluate(cfg: PolicyEvalConfig, device: str = "cpu", progress: bool = 
             rewards[simulator][path] = result["episode_rewards"]
             lengths[simulator][path] = result["episode_lengths"]
             diverged[simulator][path] = result["num_diverged"]
+            results[simulator][path] = result
             if progress:
                 note = f", {result['num_diverged']} diverged" if result["num_diverged"] else ""
                 print(f"{simulator:>12}  {path}: {result['mean_reward']:.2f} ± {result['std_reward']:.2f} "
@@ -112,7 +129,8 @@ def batch_evaluate(cfg: PolicyEvalConfig, device: str = "cpu", progress: bool = 
             pooled = [r for path in picked for r in rewards[simulator][path]]
             pooled_lengths = [n for path in picked for n in lengths[simulator][path]]
             row[simulator] = {**_stats(pooled), "mean_length": float(np.mean(pooled_lengths)),
-                              "num_diverged": sum(diverged[simulator][path] for path in picked)}
+                              "num_diverged": sum(diverged[simulator][path] for path in picked),
+                              **_pooled_per_step([results[simulator][path] for path in picked])}
         if GROUND_TRUTH in env_cfgs and NEURAL in env_cfgs:
             row["relative_gap"] = relative_gap(row[NEURAL]["mean"], row[GROUND_TRUTH]["mean"])
         rows.append(row)
@@ -141,10 +159,36 @@ def format_markdown(table: dict[str, Any]) -> str:
 
 
 def write_table(table: dict[str, Any], json_path: str | Path, overwrite: bool = True) -> Path:
-    """Write the table as JSON at ``json_path`` and as Markdown beside it (``.md``); returns the Markdown path.
+    """Write the table as JSON at ``json_path``, as Markdown beside it (``.md``) and, for a table with per-step
+    rewards, their plot (``.png``: the pooled row, one line per simulator); returns the Markdown path.
     Without ``overwrite``, files that another process wrote meanwhile are an error, not replaced."""
     json_path = Path(json_path)
     md_path = json_path.with_suffix(".md")
     write_text_atomic(json_path, json.dumps(table, indent=2), overwrite)
     write_text_atomic(md_path, format_markdown(table) + "\n", overwrite)
+    if table["rows"] and all("reward_per_step" in table["rows"][-1][sim] for sim in table["simulators"]):
+        _plot_reward_per_step(table, json_path.with_suffix(".png"))
     return md_path
+
+
+def _plot_reward_per_step(table: dict[str, Any], png_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pooled = table["rows"][-1]
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    for simulator in table["simulators"]:
+        cell = pooled[simulator]
+        ax.plot(range(1, len(cell["reward_per_step"]) + 1), cell["reward_per_step"],
+                label=f"{simulator}: episode reward {cell['mean']:.1f} ± {cell['std']:.1f}")
+    ax.set_xlabel("step of the episode")
+    ax.set_ylabel("mean reward at the step")
+    ax.set_title(f"{table['robot']} {table['task']}: {pooled[table['simulators'][0]]['num_games']} episodes per "
+                 f"simulator (seed {table['config']['seed']})", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=90)
+    plt.close(fig)

@@ -34,7 +34,9 @@ def evaluate_policy(vec_env: NeRDVecEnv, act: Callable[[torch.Tensor], torch.Ten
         standard deviations, ``num_games`` and ``num_diverged``, the episodes ended by a non-finite NeRD state
         (their reward stops there, so they pull the mean down: report them next to it); for diagnostics,
         ``reward_terms`` (each of the task's reward terms summed over an episode, mean over episodes) and
-        ``observation_mean``/``observation_std`` (over every observation the policy acted on); in neural mode with
+        ``observation_mean``/``observation_std`` (over every observation the policy acted on); ``reward_per_step``,
+        the mean reward at each step of an episode over the episodes still running then (``episodes_per_step``:
+        how many), which shows where in an episode two simulators part; in neural mode with
         a NeRD model that keeps its training data's range, ``outside_data``: the mean share of an episode's steps
         whose inputs left it (by the vec env's ``data_margin``) and how many episodes had any.
 
@@ -52,6 +54,9 @@ def evaluate_policy(vec_env: NeRDVecEnv, act: Callable[[torch.Tensor], torch.Ten
     num_diverged = 0
     term_sums: dict[str, float] = {}
     obs_sum = obs_sq = obs_count = 0
+    # Per step of an episode: the reward summed over the episodes running then, and how many ran.
+    step_sums = np.zeros(0)
+    step_counts = np.zeros(0, dtype=np.int64)
     n = vec_env.num_envs
     bar = tqdm(total=num_games, desc=desc, unit="episode", mininterval=1.0, disable=not progress)
     while len(returns) < num_games:
@@ -65,6 +70,7 @@ def evaluate_policy(vec_env: NeRDVecEnv, act: Callable[[torch.Tensor], torch.Ten
         active = torch.zeros(n, dtype=torch.bool, device=vec_env.device)
         diverged = torch.zeros(n, dtype=torch.bool, device=vec_env.device)
         outside = None
+        per_step: list[torch.Tensor] = []  # (reward sum, episodes) of each step, read once the batch ends
         active[:take] = True
         running = take  # episodes of this batch still running (one host read per step)
         while running:
@@ -73,6 +79,8 @@ def evaluate_policy(vec_env: NeRDVecEnv, act: Callable[[torch.Tensor], torch.Ten
             obs, rewards, dones, infos = vec_env.step(act(obs))
             for name, value in {"reward": rewards, **infos["reward_terms"]}.items():
                 terms[name] = terms.get(name, 0) + torch.where(active, value.double(), 0.0)
+            per_step.append(torch.stack([torch.where(active, rewards.double(), 0.0)[:take].sum(),
+                                         active[:take].sum().double()]))
             length += active.long()
             diverged |= active & infos["diverged"]
             if "outside_data" in infos:
@@ -82,6 +90,12 @@ def evaluate_policy(vec_env: NeRDVecEnv, act: Callable[[torch.Tensor], torch.Ten
             bar.update(running - still)
             running = still
         ret = terms.pop("reward")
+        batch_steps = torch.stack(per_step).cpu().numpy()
+        if len(batch_steps) > len(step_sums):
+            step_sums = np.pad(step_sums, (0, len(batch_steps) - len(step_sums)))
+            step_counts = np.pad(step_counts, (0, len(batch_steps) - len(step_counts)))
+        step_sums[: len(batch_steps)] += batch_steps[:, 0]
+        step_counts[: len(batch_steps)] += batch_steps[:, 1].astype(np.int64)
         returns += ret[:take].tolist()
         lengths += length[:take].tolist()
         num_diverged += int(diverged[:take].sum())
@@ -104,6 +118,8 @@ def evaluate_policy(vec_env: NeRDVecEnv, act: Callable[[torch.Tensor], torch.Ten
     return {"num_games": len(returns), "num_diverged": num_diverged, "mean_reward": float(r.mean()),
             "std_reward": float(r.std()), "mean_length": float(ln.mean()), "std_length": float(ln.std()),
             "reward_terms": {name: total / len(returns) for name, total in term_sums.items()},
+            "reward_per_step": (step_sums / np.maximum(step_counts, 1)).tolist(),
+            "episodes_per_step": step_counts.tolist(),
             "observation_mean": obs_mean.tolist(), "observation_std": obs_std.tolist(),
             "episode_rewards": returns, "episode_lengths": lengths, **extra}
 

@@ -19,9 +19,11 @@ The loop directory holds ``config.yaml`` (the loop as run), ``loop.json`` (what 
 loop resumes from it after an interruption: a finished stage is never run again, an interrupted NeRD fine-tune
 continues from its ``nn/last.pt``, an interrupted PPO round from its last full-state checkpoint (written every
 :data:`~nerd.rl.train.RESUME_EVERY_EPOCHS` epochs), an interrupted data collection starts over; a resume with more
-``rounds`` extends a finished loop), ``round_<k>/ppo/``
+``rounds`` extends a finished loop, and may switch ``refine.stochastic`` for the collections it runs),
+``round_<k>/ppo/``
 (the rl-games run), ``round_<k>/data/{train,valid}.hdf5``, ``round_<k>/model_<m>/`` (the NeRD fine-tunes),
-``round_<k>/eval.{json,md}`` and ``eval.{json,md}`` (the final table, with the loop's ground-truth cost).
+``round_<k>/eval.{json,md,png}`` and ``eval.{json,md,png}`` (the final table, with the loop's ground-truth cost, and
+the reward at each step of an episode in both simulators).
 """
 
 from __future__ import annotations
@@ -49,10 +51,13 @@ from nerd.training import TrainConfig, train
 
 STATE_FILE = "loop.json"
 """The loop's record of its finished stages, in the loop directory."""
-LOOP_DIR_ENTRIES = (STATE_FILE, "config.yaml", "git.yaml", "eval.json", "eval.md")
+LOOP_DIR_ENTRIES = (STATE_FILE, "config.yaml", "git.yaml", "eval.json", "eval.md", "eval.png")
 """The loop's own files in its directory (beside its ``round_<k>`` folders)."""
 ADDED_KEYS = {"ppo_simulator": NEURAL}
 """Config keys added after loops were recorded, with the value those loops ran with (a resume compares configs)."""
+EXTENSION_KEYS = (("refine", "stochastic"),)
+"""Settings a resume that adds rounds may change: they act only on the stages it runs (each round records the
+value its data was collected with), never on a stage the loop has run."""
 
 
 @dataclass
@@ -82,7 +87,8 @@ class RefineConfig:
     trajectory_length: int = 100
     """Frames per trajectory of the policy data."""
     stochastic: bool = True
-    """Roll the policy out with its exploration noise (as PPO explores), or with its mean action."""
+    """Roll the policy out with its exploration noise (as PPO explores), or with its mean action (what the
+    evaluation plays: the states where the policy settles). A resume that adds rounds may switch it."""
 
     def __post_init__(self) -> None:
         check_range("gt_fraction", self.gt_fraction, low=0, low_open=True, high=1)
@@ -195,14 +201,19 @@ class _LoopState:
             # The evaluation settings may change on a resume (e.g. to evaluate every round of a finished loop
             # afterwards), and rounds may be added; neither changes a stage the loop has run.
             old = {**ADDED_KEYS, **self.data.get("config", {})}
-            if _fixed_settings(old) != _fixed_settings(config):
+            extending = config["rounds"] > old["rounds"]
+            if _fixed_settings(old, extending) != _fixed_settings(config, extending):
                 raise UserError(f"{logdir} holds a transfer loop of another config; resume it with its own "
                                 f"({logdir / 'config.yaml'}) or choose another --logdir")
             if config["rounds"] < old["rounds"]:
                 raise UserError(f"{logdir} holds a loop of {old['rounds']} rounds; a resume may add rounds, not "
                                 f"remove them (rounds >= {old['rounds']})")
-            if config["rounds"] > old["rounds"]:
+            if extending:
                 self.extended_from = old["rounds"]
+                changed = {".".join(key): [_get(old, key), _get(config, key)] for key in EXTENSION_KEYS
+                           if _get(old, key) != _get(config, key)}
+                if changed:
+                    self.data.setdefault("extensions", []).append({"rounds": old["rounds"], "changed": changed})
                 if "final" in self.data:
                     # The old last round's policy is no longer the final one; its evaluation is kept beside.
                     self.data.setdefault("earlier_finals", []).append({"rounds": old["rounds"],
@@ -220,9 +231,22 @@ class _LoopState:
         write_text_atomic(self.path, json.dumps(self.data, indent=2))
 
 
-def _fixed_settings(config: dict[str, Any]) -> dict[str, Any]:
-    """What a resume must keep: everything but the evaluation and the number of rounds."""
-    return {k: v for k, v in config.items() if k not in ("evaluation", "rounds")}
+def _get(config: dict[str, Any], key: tuple[str, ...]) -> Any:
+    for part in key:
+        config = (config or {}).get(part)
+    return config
+
+
+def _fixed_settings(config: dict[str, Any], extending: bool = False) -> dict[str, Any]:
+    """What a resume must keep: everything but the evaluation and the number of rounds, and when it adds rounds,
+    the :data:`EXTENSION_KEYS`."""
+    fixed = copy.deepcopy({k: v for k, v in config.items() if k not in ("evaluation", "rounds")})
+    if extending:
+        for *path, last in EXTENSION_KEYS:
+            section = _get(fixed, tuple(path))
+            if isinstance(section, dict):
+                section.pop(last, None)
+    return fixed
 
 
 def run_transfer_loop(cfg: TransferConfig, logdir: str | Path, device: str = "cpu", seed: int = 0,
@@ -233,7 +257,8 @@ def run_transfer_loop(cfg: TransferConfig, logdir: str | Path, device: str = "cp
         resume: Continue the loop in ``logdir`` where it stopped; it must have been started with the same config
             and seed, except for the evaluation settings and for more ``rounds`` (a finished loop goes on: its last
             policy is refined after and trained further; the earlier final evaluation is kept as
-            ``eval_rounds<R>.{json,md}`` and in ``loop.json``'s ``earlier_finals``).
+            ``eval_rounds<R>.{json,md,png}`` and in ``loop.json``'s ``earlier_finals``). A resume that adds rounds
+            may also change the :data:`EXTENSION_KEYS` (recorded in ``loop.json``'s ``extensions``).
         overwrite: Remove a previous loop's outputs in ``logdir`` first (only once every input has been checked).
 
     A ``logdir`` that holds a loop is refused without one of the two; only one process may run a loop directory at
@@ -256,7 +281,7 @@ def run_transfer_loop(cfg: TransferConfig, logdir: str | Path, device: str = "cp
         resolved = {**to_dict(cfg), "seed": seed}
         state = _LoopState(logdir, resolved)
         if state.extended_from is not None:
-            for suffix in ("json", "md"):
+            for suffix in ("json", "md", "png"):
                 earlier = logdir / f"eval.{suffix}"
                 if earlier.is_file():
                     earlier.replace(logdir / f"eval_rounds{state.extended_from}.{suffix}")
@@ -359,7 +384,7 @@ def _collect(cfg: TransferConfig, rl_cfg: RLConfig, policy: str, k: int, round_d
                                       seed=seed * 1000 + 2 * k + offset, progress=progress)
         data[name] = str(path)
         cost[name] = asdict(summary)
-    record.update(data=data, gt=cost,
+    record.update(data=data, gt=cost, stochastic=refine.stochastic,
                   gt_transitions=sum(part["simulated_transitions"] for part in cost.values()))
     state.save()
     return data
@@ -426,6 +451,7 @@ def loop_cost(data: dict[str, Any]) -> dict[str, Any]:
     gt = sum(r.get("gt_transitions", 0) for r in rounds)
     per_round = [{"round": k, "ppo_env_steps": r.get("ppo_env_steps"), "gt_transitions": r.get("gt_transitions", 0),
                   "train_reward": r.get("train_reward"), "eval": r.get("eval"),
+                  "stochastic": r.get("stochastic"),
                   "model_error": r.get("model_error"), "model_error_valid": r.get("model_error_valid"),
                   "refined_model_error_valid": r.get("refined_model_error_valid"),
                   "finetune_best_valid_loss": r.get("finetune_best_valid_loss")} for k, r in enumerate(rounds)]

@@ -8,7 +8,7 @@ Example:
 
 from pathlib import Path
 
-from nerd.cli import add_common_args, check_json_output, make_parser, quiet_warp, resolve_device, run_main
+from nerd.cli import add_common_args, check_report_outputs, make_parser, quiet_warp, resolve_device, run_main
 from nerd.config import load_config
 
 
@@ -16,12 +16,13 @@ def main(argv: list[str] | None = None) -> None:
     """Parse ``argv`` (default: the command line) and run."""
     parser = make_parser(__doc__)
     parser.add_argument("--eval-cfg", required=True, help="evaluation config, e.g. cfg/eval/cartpole_swingup.yaml")
-    parser.add_argument("--output", default=None, help="table JSON (a Markdown copy is written beside it)")
+    parser.add_argument("--output", default=None,
+                        help="table JSON (a Markdown copy and a PNG of the reward at each step are written beside it)")
     parser.add_argument("--cfg-overrides", nargs="*", default=[], metavar="KEY=VALUE",
                         help="config overrides, e.g. num_games=64")
     add_common_args(parser, seed_default=None)
     args = parser.parse_args(argv)
-    output = check_json_output(args.output, args.overwrite, ".md")[0] if args.output else None
+    output = check_report_outputs(args.output, args.overwrite, plot=True)[0] if args.output else None
     if not Path(args.eval_cfg).is_file():
         raise FileNotFoundError(f"config file not found: {args.eval_cfg}")
 
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
     print(format_markdown(table))
     if output is not None:
         md = write_table(table, output, overwrite=args.overwrite)
-        print(f"wrote {output} and {md}")
+        print(f"wrote {output}, {md} and {output.with_suffix('.png')}")
 
 
 def cli() -> None:

@@ -201,7 +201,7 @@ def test_result_files_never_overwrite_their_siblings(tmp_path):
 
     with pytest.raises(UserError, match=r"--output .*res.png: give a .json path \(the .png file"):
         eval_passive(["--env-name", "Cartpole", "--env-mode", "ground-truth", "--output", str(tmp_path / "res.png")])
-    with pytest.raises(UserError, match=r"t.md: give a .json path \(the .md file"):
+    with pytest.raises(UserError, match=r"t.md: give a .json path \(the .png file"):
         batch_eval(["--eval-cfg", str(REPO / "cfg/eval/cartpole_swingup_shipped.yaml"), "--output",
                     str(tmp_path / "t.md")])
     (tmp_path / "r.png").write_text("keep")

@@ -6,6 +6,7 @@ import runpy
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -129,7 +130,8 @@ def test_playback_in_an_ensemble_of_nerd_models(trained_policy, tiny_nerd_model,
 
 
 def test_batch_evaluation_writes_the_table(trained_policy, tiny_nerd_model, tmp_path, monkeypatch, capsys):
-    """Two policies x {ground truth, neural} give per-policy and pooled rows with the relative gap (JSON + Markdown)."""
+    """Two policies x {ground truth, neural} give per-policy and pooled rows with the relative gap and the reward at
+    each step of an episode (JSON + Markdown + PNG)."""
     ckpt = str(trained_policy / "nn" / "last.pth")
     eval_cfg = tmp_path / "eval.yaml"
     eval_cfg.write_text(yaml.safe_dump({"rl_cfg": CARTPOLE_CFG, "checkpoints": [ckpt, ckpt],
@@ -146,6 +148,15 @@ def test_batch_evaluation_writes_the_table(trained_policy, tiny_nerd_model, tmp_
     # The same policy from the same initial states scores the same twice.
     assert table["rows"][0]["ground-truth"] == table["rows"][1]["ground-truth"]
     assert table["rows"][2]["ground-truth"]["num_games"] == 6
+    for row in table["rows"]:
+        for simulator in ("ground-truth", "neural"):
+            cell = row[simulator]
+            # Every step's mean over the episodes running then adds up to the mean episode reward.
+            steps = np.asarray(cell["reward_per_step"]) * np.asarray(cell["episodes_per_step"])
+            assert steps.sum() / cell["num_games"] == pytest.approx(cell["mean"], rel=1e-9, abs=1e-9)
+            assert cell["episodes_per_step"][0] == cell["num_games"]
+            assert len(cell["reward_per_step"]) >= cell["mean_length"] and min(cell["episodes_per_step"]) > 0
+    assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
     markdown = out.with_suffix(".md").read_text()
     assert "| **all** |" in markdown and "gap (neural − GT) / abs(GT)" in markdown and "| **all** |" in stdout
 

@@ -2,7 +2,7 @@
 
 import copy
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import h5py
 import pytest
@@ -369,6 +369,31 @@ def test_a_finished_loop_is_extended_by_a_resume_with_more_rounds(tiny, tmp_path
     assert (tmp_path / "loop/eval_rounds1.json").is_file() and (tmp_path / "loop/eval.json").is_file()
     assert table["loop"]["gt_transitions"] == first["gt_transitions"]
     assert yaml.safe_load((tmp_path / "loop/config.yaml").read_text())["rounds"] == 2
+
+
+def test_an_extension_may_switch_to_mean_action_data_for_the_rounds_it_adds(tiny, tmp_path):
+    """refine.stochastic may change only on a resume that adds rounds; the collections the extension runs use the
+    new value, each round records the value its data had, and loop.json records the change."""
+    _, (a, _), _ = tiny
+    run_transfer_loop(loop_config(tmp_path, [a]), tmp_path / "loop", progress=False)
+    before = json.loads((tmp_path / "loop/loop.json").read_text())
+    assert before["rounds"][0]["stochastic"] is True
+    assert read_attrs(before["rounds"][0]["data"]["train"])["policy_data"]["stochastic"] is True
+
+    def mean_action(rounds):
+        cfg = loop_config(tmp_path, [a], rounds=rounds)
+        return replace(cfg, refine=replace(cfg.refine, stochastic=False))
+
+    with pytest.raises(UserError, match="another config"):
+        run_transfer_loop(mean_action(2), tmp_path / "loop", resume=True, progress=False)
+    table = run_transfer_loop(mean_action(3), tmp_path / "loop", resume=True, progress=False)
+    after = json.loads((tmp_path / "loop/loop.json").read_text())
+    first, second, _ = after["rounds"]
+    assert first["data"] == before["rounds"][0]["data"] and first["stochastic"] is True  # not collected again
+    assert second["stochastic"] is False
+    assert read_attrs(second["data"]["train"])["policy_data"]["stochastic"] is False
+    assert after["extensions"] == [{"rounds": 2, "changed": {"refine.stochastic": [True, False]}}]
+    assert [r["stochastic"] for r in table["loop"]["rounds"]] == [True, False, None]
 
 
 def test_ground_truth_control_trains_in_the_ground_truth_and_resumes_older_loops(tiny, tmp_path, capsys):
