@@ -103,19 +103,13 @@ def batch_evaluate(cfg: PolicyEvalConfig, device: str = "cpu", progress: bool = 
         check_env_config(env_cfg)
         env_cfgs[simulator] = env_cfg
 
-    rewards: dict[str, dict[str, list[float]]] = {sim: {} for sim in env_cfgs}
-    lengths: dict[str, dict[str, list[int]]] = {sim: {} for sim in env_cfgs}
-    diverged: dict[str, dict[str, int]] = {sim: {} for sim in env_cfgs}
-    results: dict[str, dict[str, dict[str, Any]]] = {sim: {} for sim in env_cfgs}
+    results: dict[str, dict[str, dict[str, Any]]] = {sim: {} for sim in env_cfgs}  # evaluate_policy's, per policy
     for simulator, env_cfg in env_cfgs.items():
         vec_env = make_vec_env(env_cfg, device, cfg.seed)
         for index, path in enumerate(cfg.checkpoints):
             act = load_policy(rl_cfg, path, vec_env.get_env_info(), device)
             result = evaluate_policy(vec_env, act, cfg.num_games, cfg.seed, progress=progress,
                                      desc=f"{simulator}, policy {index + 1}/{len(cfg.checkpoints)}")
-            rewards[simulator][path] = result["episode_rewards"]
-            lengths[simulator][path] = result["episode_lengths"]
-            diverged[simulator][path] = result["num_diverged"]
             results[simulator][path] = result
             if progress:
                 note = f", {result['num_diverged']} diverged" if result["num_diverged"] else ""
@@ -126,11 +120,12 @@ def batch_evaluate(cfg: PolicyEvalConfig, device: str = "cpu", progress: bool = 
     for name, picked in [(path, [path]) for path in cfg.checkpoints] + [("all", cfg.checkpoints)]:
         row: dict[str, Any] = {"policy": name}
         for simulator in env_cfgs:
-            pooled = [r for path in picked for r in rewards[simulator][path]]
-            pooled_lengths = [n for path in picked for n in lengths[simulator][path]]
+            cells = [results[simulator][path] for path in picked]
+            pooled = [r for cell in cells for r in cell["episode_rewards"]]
+            pooled_lengths = [n for cell in cells for n in cell["episode_lengths"]]
             row[simulator] = {**_stats(pooled), "mean_length": float(np.mean(pooled_lengths)),
-                              "num_diverged": sum(diverged[simulator][path] for path in picked),
-                              **_pooled_per_step([results[simulator][path] for path in picked])}
+                              "num_diverged": sum(cell["num_diverged"] for cell in cells),
+                              **_pooled_per_step(cells)}
         if GROUND_TRUTH in env_cfgs and NEURAL in env_cfgs:
             row["relative_gap"] = relative_gap(row[NEURAL]["mean"], row[GROUND_TRUTH]["mean"])
         rows.append(row)

@@ -54,9 +54,7 @@ def evaluate_policy(vec_env: NeRDVecEnv, act: Callable[[torch.Tensor], torch.Ten
     num_diverged = 0
     term_sums: dict[str, float] = {}
     obs_sum = obs_sq = obs_count = 0
-    # Per step of an episode: the reward summed over the episodes running then, and how many ran.
-    step_sums = np.zeros(0)
-    step_counts = np.zeros(0, dtype=np.int64)
+    step_sums = np.zeros(0)  # per step of an episode: the reward summed over the episodes running then
     n = vec_env.num_envs
     bar = tqdm(total=num_games, desc=desc, unit="episode", mininterval=1.0, disable=not progress)
     while len(returns) < num_games:
@@ -70,7 +68,7 @@ def evaluate_policy(vec_env: NeRDVecEnv, act: Callable[[torch.Tensor], torch.Ten
         active = torch.zeros(n, dtype=torch.bool, device=vec_env.device)
         diverged = torch.zeros(n, dtype=torch.bool, device=vec_env.device)
         outside = None
-        per_step: list[torch.Tensor] = []  # (reward sum, episodes) of each step, read once the batch ends
+        per_step: list[torch.Tensor] = []  # this batch's step_sums, read once the batch ends
         active[:take] = True
         running = take  # episodes of this batch still running (one host read per step)
         while running:
@@ -79,8 +77,7 @@ def evaluate_policy(vec_env: NeRDVecEnv, act: Callable[[torch.Tensor], torch.Ten
             obs, rewards, dones, infos = vec_env.step(act(obs))
             for name, value in {"reward": rewards, **infos["reward_terms"]}.items():
                 terms[name] = terms.get(name, 0) + torch.where(active, value.double(), 0.0)
-            per_step.append(torch.stack([torch.where(active, rewards.double(), 0.0)[:take].sum(),
-                                         active[:take].sum().double()]))
+            per_step.append(torch.where(active, rewards.double(), 0.0)[:take].sum())
             length += active.long()
             diverged |= active & infos["diverged"]
             if "outside_data" in infos:
@@ -90,12 +87,9 @@ def evaluate_policy(vec_env: NeRDVecEnv, act: Callable[[torch.Tensor], torch.Ten
             bar.update(running - still)
             running = still
         ret = terms.pop("reward")
-        batch_steps = torch.stack(per_step).cpu().numpy()
-        if len(batch_steps) > len(step_sums):
-            step_sums = np.pad(step_sums, (0, len(batch_steps) - len(step_sums)))
-            step_counts = np.pad(step_counts, (0, len(batch_steps) - len(step_counts)))
-        step_sums[: len(batch_steps)] += batch_steps[:, 0]
-        step_counts[: len(batch_steps)] += batch_steps[:, 1].astype(np.int64)
+        batch_sums = torch.stack(per_step).cpu().numpy()
+        step_sums = np.pad(step_sums, (0, max(0, len(batch_sums) - len(step_sums))))
+        step_sums[: len(batch_sums)] += batch_sums
         returns += ret[:take].tolist()
         lengths += length[:take].tolist()
         num_diverged += int(diverged[:take].sum())
@@ -113,6 +107,8 @@ def evaluate_policy(vec_env: NeRDVecEnv, act: Callable[[torch.Tensor], torch.Ten
         extra["outside_data"] = {"margin": vec_env.data_margin, "mean_share_of_steps": float(shares.mean()),
                                  "episodes_outside": int((shares > 0).sum())}
     r, ln = np.asarray(returns), np.asarray(lengths, dtype=np.float64)
+    # An episode of length L ran at steps 0..L-1.
+    step_counts = (np.asarray(lengths)[:, None] > np.arange(len(step_sums))).sum(axis=0)
     obs_mean = obs_sum / obs_count
     obs_std = (obs_sq / obs_count - obs_mean**2).clamp(min=0).sqrt()
     return {"num_games": len(returns), "num_diverged": num_diverged, "mean_reward": float(r.mean()),
