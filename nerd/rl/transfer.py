@@ -55,9 +55,11 @@ LOOP_DIR_ENTRIES = (STATE_FILE, "config.yaml", "git.yaml", "eval.json", "eval.md
 """The loop's own files in its directory (beside its ``round_<k>`` folders)."""
 ADDED_KEYS = {"ppo_simulator": NEURAL}
 """Config keys added after loops were recorded, with the value those loops ran with (a resume compares configs)."""
-EXTENSION_KEYS = (("refine", "stochastic"),)
+EXTENSION_KEYS = (("epochs_per_round",), ("refine", "stochastic"), ("refine", "finetune_minutes"))
 """Settings a resume that adds rounds may change: they act only on the stages it runs (each round records the
-value its data was collected with), never on a stage the loop has run."""
+epoch its PPO ended at, the value its data was collected with and its fine-tune's minutes), never on a stage the
+loop has run. Fewer epochs per round with shorter fine-tunes refine the model more often at the same ground-truth
+share."""
 
 
 @dataclass
@@ -78,7 +80,8 @@ class RefineConfig:
     valid_fraction: float = 0.1
     """Share of each round's ground-truth transitions written to a validation file instead of the training one."""
     finetune_minutes: float = 5.0
-    """CPU time of each model's fine-tune per round (``time_budget_minutes``)."""
+    """CPU time of each model's fine-tune per round (``time_budget_minutes``). A resume that adds rounds may
+    change it for the fine-tunes it runs."""
     train_overrides: list[str] = field(default_factory=list)
     """``key=value`` overrides of ``train_cfg`` for the fine-tunes, e.g. ``lr_start=3e-4``."""
     checkpoint: Literal["best", "last"] = "best"
@@ -126,7 +129,7 @@ class TransferConfig:
     rounds: int = 1
     """PPO rounds; with ``refine``, the models are refined between two rounds."""
     epochs_per_round: int = 100
-    """PPO epochs per round."""
+    """PPO epochs per round. A resume that adds rounds may change it for the rounds it runs."""
     num_envs: int | None = None
     """PPO envs (the minibatch is rescaled, as ``run_rl.py --num-envs``); None keeps the RL config's."""
     rl_overrides: list[str] = field(default_factory=list)
@@ -198,6 +201,7 @@ class _LoopState:
         """The loop's earlier round count when this resume adds rounds (None otherwise)."""
         if self.path.is_file():
             self.data = json.loads(self.path.read_text())
+            self._record_epochs_of_old_rounds()
             # The evaluation settings may change on a resume (e.g. to evaluate every round of a finished loop
             # afterwards), and rounds may be added; neither changes a stage the loop has run.
             old = {**ADDED_KEYS, **self.data.get("config", {})}
@@ -221,6 +225,18 @@ class _LoopState:
             self.data["config"] = config
         else:
             self.data = {"config": config, "rounds": []}
+
+    def _record_epochs_of_old_rounds(self) -> None:
+        """Loops recorded before rounds kept their last PPO epoch ran a fixed ``epochs_per_round``: fill it in, so
+        that an extension that changes it continues from the right epoch."""
+        per_round = self.data["config"]["epochs_per_round"]
+        for k, record in enumerate(self.data["rounds"]):
+            if "policy" in record:
+                record.setdefault("ppo_epoch_end", (k + 1) * per_round)
+
+    def end_epoch(self, k: int) -> int:
+        """The PPO epoch round ``k`` ended at (0 before the first round)."""
+        return 0 if k < 0 else self.data["rounds"][k]["ppo_epoch_end"]
 
     def round(self, k: int) -> dict[str, Any]:
         while len(self.data["rounds"]) <= k:
@@ -343,7 +359,7 @@ def _ppo_round(cfg: TransferConfig, rl_cfg: RLConfig, models: list[str], previou
         return record["policy"]
     run_cfg = copy.deepcopy(rl_cfg)
     run_cfg.env.nerd_model_path = models[0] if len(models) == 1 else list(models)
-    epochs = (k + 1) * cfg.epochs_per_round
+    epochs = state.end_epoch(k - 1) + cfg.epochs_per_round
     if progress:
         where = f"NeRD ({', '.join(models)})" if cfg.ppo_simulator == NEURAL else "the ground truth"
         print(f"round {k}: PPO in {where} up to epoch {epochs}", flush=True)
@@ -354,7 +370,8 @@ def _ppo_round(cfg: TransferConfig, rl_cfg: RLConfig, models: list[str], previou
     if resume:
         # ppo_seconds then counts only the epochs after this one.
         record["ppo_resumed_from_epoch"] = summary["resumed_from_epoch"]
-    record.update(policy=summary["last_checkpoint"], nerd_models=list(models), ppo_simulator=cfg.ppo_simulator,
+    record.update(policy=summary["last_checkpoint"], ppo_epoch_end=epochs, nerd_models=list(models),
+                  ppo_simulator=cfg.ppo_simulator,
                   ppo_env_steps=cfg.epochs_per_round * run_cfg.env.num_envs * config["horizon_length"],
                   ppo_seconds=summary["train_seconds"],
                   train_reward=summary["epochs"][-1]["mean_episode_reward"] if summary["epochs"] else None)
@@ -419,7 +436,7 @@ def _refine(cfg: TransferConfig, train_cfg: TrainConfig, models: list[str], data
             raise UserError(f"the fine-tune in {run_dir} wrote no {path.name}; see its log")
         refined.append(str(path))
         losses.append(summary.get("best_valid_loss"))
-    record.update(refined_models=refined, finetune_best_valid_loss=losses)
+    record.update(refined_models=refined, finetune_minutes=refine.finetune_minutes, finetune_best_valid_loss=losses)
     state.save()
     return refined
 
@@ -451,7 +468,8 @@ def loop_cost(data: dict[str, Any]) -> dict[str, Any]:
     gt = sum(r.get("gt_transitions", 0) for r in rounds)
     per_round = [{"round": k, "ppo_env_steps": r.get("ppo_env_steps"), "gt_transitions": r.get("gt_transitions", 0),
                   "train_reward": r.get("train_reward"), "eval": r.get("eval"),
-                  "stochastic": r.get("stochastic"),
+                  "ppo_epoch_end": r.get("ppo_epoch_end"), "stochastic": r.get("stochastic"),
+                  "finetune_minutes": r.get("finetune_minutes"),
                   "model_error": r.get("model_error"), "model_error_valid": r.get("model_error_valid"),
                   "refined_model_error_valid": r.get("refined_model_error_valid"),
                   "finetune_best_valid_loss": r.get("finetune_best_valid_loss")} for k, r in enumerate(rounds)]
