@@ -55,11 +55,12 @@ LOOP_DIR_ENTRIES = (STATE_FILE, "config.yaml", "git.yaml", "eval.json", "eval.md
 """The loop's own files in its directory (beside its ``round_<k>`` folders)."""
 ADDED_KEYS = {"ppo_simulator": NEURAL}
 """Config keys added after loops were recorded, with the value those loops ran with (a resume compares configs)."""
-EXTENSION_KEYS = (("epochs_per_round",), ("refine", "stochastic"), ("refine", "finetune_minutes"))
+EXTENSION_KEYS = (("epochs_per_round",), ("refine", "stochastic"), ("refine", "finetune_minutes"),
+                  ("refine", "base_train"), ("refine", "base_valid"))
 """Settings a resume that adds rounds may change: they act only on the stages it runs (each round records the
-epoch its PPO ended at, the value its data was collected with and its fine-tune's minutes), never on a stage the
-loop has run. Fewer epochs per round with shorter fine-tunes refine the model more often at the same ground-truth
-share."""
+epoch its PPO ended at, the value its data was collected with, its fine-tune's minutes and base data), never on a
+stage the loop has run. E.g. fewer epochs per round with shorter fine-tunes refine the model more often at the same
+ground-truth share; no base data fine-tunes on the policy data alone."""
 
 
 @dataclass
@@ -421,11 +422,12 @@ def _refine(cfg: TransferConfig, train_cfg: TrainConfig, models: list[str], data
     run_cfg.dataset = replace(run_cfg.dataset, train=refine.base_train + policy_train,
                               valid=refine.base_valid + policy_valid, max_train_trajectories=None)
     refined, losses = [], []
+    base_files = len(dataset_files(refine.base_train)) if refine.base_train else 0
     for m, model in enumerate(models):
         run_dir = round_dir / f"model_{m}"
         if progress:
             print(f"round {k}: fine-tuning {model} for {refine.finetune_minutes:g} CPU-min on "
-                  f"{len(dataset_files(refine.base_train))} base + {len(policy_train)} policy data files", flush=True)
+                  f"{base_files} base + {len(policy_train)} policy data files", flush=True)
         # A fine-tune interrupted after its first epoch continues; one without a checkpoint starts over.
         resume = (run_dir / "nn" / "last.pt").is_file()
         summary = (yaml.safe_load((run_dir / "summary.yaml").read_text()) if (run_dir / "summary.yaml").is_file()
@@ -436,7 +438,8 @@ def _refine(cfg: TransferConfig, train_cfg: TrainConfig, models: list[str], data
             raise UserError(f"the fine-tune in {run_dir} wrote no {path.name}; see its log")
         refined.append(str(path))
         losses.append(summary.get("best_valid_loss"))
-    record.update(refined_models=refined, finetune_minutes=refine.finetune_minutes, finetune_best_valid_loss=losses)
+    record.update(refined_models=refined, finetune_minutes=refine.finetune_minutes,
+                  finetune_base_data=len(refine.base_train), finetune_best_valid_loss=losses)
     state.save()
     return refined
 

@@ -396,10 +396,11 @@ def test_an_extension_may_switch_to_mean_action_data_for_the_rounds_it_adds(tiny
     assert [r["stochastic"] for r in table["loop"]["rounds"]] == [True, False, None]
 
 
-def test_an_extension_may_refine_more_often_with_shorter_rounds_and_fine_tunes(tiny, tmp_path):
-    """epochs_per_round and refine.finetune_minutes may change on a resume that adds rounds: the added rounds
-    continue PPO from the epoch the last one ended at, collect their ground-truth share of their own env-steps, and
-    record the fine-tune minutes; a loop recorded before rounds kept their end epoch resumes from the right one."""
+def test_an_extension_may_refine_more_often_with_shorter_rounds_and_fine_tunes(tiny, tmp_path, capsys):
+    """epochs_per_round, refine.finetune_minutes and the base data may change on a resume that adds rounds: the
+    added rounds continue PPO from the epoch the last one ended at, collect their ground-truth share of their own
+    env-steps, and fine-tune for the new minutes on the new data (here the policy data alone); a loop recorded
+    before rounds kept their end epoch resumes from the right one."""
     _, (a, _), _ = tiny
     cfg = loop_config(tmp_path, [a], epochs_per_round=2)
     run_transfer_loop(cfg, tmp_path / "loop", progress=False)
@@ -410,15 +411,22 @@ def test_an_extension_may_refine_more_often_with_shorter_rounds_and_fine_tunes(t
         del record["ppo_epoch_end"]
     path.write_text(json.dumps(before))
 
-    shorter = replace(cfg, rounds=4, epochs_per_round=1, refine=replace(cfg.refine, finetune_minutes=0.001))
-    table = run_transfer_loop(shorter, tmp_path / "loop", resume=True, progress=False)
+    shorter = replace(cfg, rounds=4, epochs_per_round=1,
+                      refine=replace(cfg.refine, finetune_minutes=0.001, base_train=[], base_valid=[]))
+    table = run_transfer_loop(shorter, tmp_path / "loop", resume=True)
+    assert "0 base + 3 policy data files" in capsys.readouterr().out
     after = json.loads(path.read_text())
     assert [r["ppo_epoch_end"] for r in after["rounds"]] == [2, 4, 5, 6]
     assert [r["ppo_env_steps"] for r in after["rounds"]] == [2 * 8 * 32, 2 * 8 * 32, 8 * 32, 8 * 32]
     assert 0 < after["rounds"][2]["gt_transitions"] <= 0.5 * 8 * 32
     assert [r.get("finetune_minutes") for r in after["rounds"]] == [0.002, 0.001, 0.001, None]
-    assert after["extensions"] == [{"rounds": 2, "changed": {"epochs_per_round": [2, 1],
-                                                             "refine.finetune_minutes": [0.002, 0.001]}}]
+    assert [r.get("finetune_base_data") for r in after["rounds"]] == [1, 0, 0, None]
+    tuned = yaml.safe_load((tmp_path / "loop/round_2/model_0/config.yaml").read_text())["dataset"]
+    assert tuned["train"] == [after["rounds"][k]["data"]["train"] for k in range(3)]
+    assert tuned["valid"] == [after["rounds"][k]["data"]["valid"] for k in range(3)]
+    changed = after["extensions"][0]["changed"]
+    assert after["extensions"][0]["rounds"] == 2 and changed["epochs_per_round"] == [2, 1]
+    assert changed["refine.finetune_minutes"] == [0.002, 0.001] and changed["refine.base_train"][1] == []
     last = torch.load(tmp_path / "loop/round_3/ppo/nn/last.pth", map_location="cpu", weights_only=False)
     assert last["epoch"] == 6
     assert [r["ppo_epoch_end"] for r in table["loop"]["rounds"]] == [2, 4, 5, 6]
