@@ -439,7 +439,7 @@ def _refine(cfg: TransferConfig, train_cfg: TrainConfig, models: list[str], data
         refined.append(str(path))
         losses.append(summary.get("best_valid_loss"))
     record.update(refined_models=refined, finetune_minutes=refine.finetune_minutes,
-                  finetune_base_data=len(refine.base_train), finetune_best_valid_loss=losses)
+                  finetune_base_data=base_files, finetune_best_valid_loss=losses)
     state.save()
     return refined
 
