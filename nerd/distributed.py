@@ -134,10 +134,10 @@ def replica_checksums(module: torch.nn.Module) -> list[list[float]]:
 
 
 def accumulate_gradients(loss_fn, inputs: dict[str, torch.Tensor], target: torch.Tensor, micro: int | None,
-                         distributed: bool) -> torch.Tensor:
-    """Backward of the batch's mean loss, in micro-batches of at most ``micro`` windows (None: one pass); returns
-    the detached loss. Under DDP (``distributed``: ``loss_fn`` is a DistributedDataParallel module) the gradients
-    are exchanged once, with the last micro-batch."""
+                         distributed: bool, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Backward of the batch's mean loss (each window's times its ``weights`` entry, when given), in micro-batches of
+    at most ``micro`` windows (None: one pass); returns the detached loss. Under DDP (``distributed``: ``loss_fn``
+    is a DistributedDataParallel module) the gradients are exchanged once, with the last micro-batch."""
     import torch
 
     n = target.shape[0]
@@ -148,14 +148,16 @@ def accumulate_gradients(loss_fn, inputs: dict[str, torch.Tensor], target: torch
         last = stop == n
         with nullcontext() if last or not distributed else loss_fn.no_sync():
             # Each part's mean weighted by its share: the sum is the whole batch's mean loss.
-            loss = loss_fn({k: v[start:stop] for k, v in inputs.items()}, target[start:stop]) * ((stop - start) / n)
+            part = None if weights is None else weights[start:stop]
+            loss = loss_fn({k: v[start:stop] for k, v in inputs.items()}, target[start:stop], part)
+            loss = loss * ((stop - start) / n)
             loss.backward()
         total += loss.detach()
     return total
 
 
 def distributed_loss(model: torch.nn.Module, device: str) -> torch.nn.parallel.DistributedDataParallel:
-    """``model.loss(inputs, target)`` as the forward of a DistributedDataParallel module (DDP wraps a module's
+    """``model.loss(inputs, target, weights)`` as the forward of a DistributedDataParallel module (DDP wraps a module's
     forward), on ``device``'s GPU or the CPU."""
     import torch
 
@@ -166,8 +168,9 @@ def distributed_loss(model: torch.nn.Module, device: str) -> torch.nn.parallel.D
             super().__init__()
             self.model = model
 
-        def forward(self, inputs: dict[str, torch.Tensor], target: torch.Tensor) -> torch.Tensor:
-            return self.model.loss(inputs, target)
+        def forward(self, inputs: dict[str, torch.Tensor], target: torch.Tensor,
+                    weights: torch.Tensor | None = None) -> torch.Tensor:
+            return self.model.loss(inputs, target, weights)
 
     device_ids = [torch.device(device).index] if torch.device(device).type == "cuda" else None
     return torch.nn.parallel.DistributedDataParallel(ModelLoss(model), device_ids=device_ids)

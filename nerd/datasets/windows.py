@@ -80,12 +80,23 @@ class TrajectoryWindows:
             the dataset (its ``frame_dt``) ahead.
         model_options: The model options (:data:`~nerd.features.MODEL_OPTIONS`: input frame, contact inputs,
             prediction; not stored in datasets) the windows' inputs and targets are built for; None: NeRD's.
+        weights: A loss weight per entry of ``path`` given as a list (a directory's files share its entry's), so
+            that a small part of the data can count as much as a large one in the loss; None: every window alike.
+            They are scaled to a mean of 1 over the windows, so the loss stays on the unweighted loss's scale.
     """
 
     def __init__(self, path: str | Path | Sequence[str | Path], history: int, device: str | torch.device = "cpu",
                  max_trajectories: int | None = None, joint_limits: tuple[tuple[int, float, float], ...] = (),
-                 joint_limit_lookahead: bool = False, model_options: Mapping[str, Any] | None = None):
+                 joint_limit_lookahead: bool = False, model_options: Mapping[str, Any] | None = None,
+                 weights: Sequence[float] | None = None):
+        entries = [path] if isinstance(path, (str, Path)) else list(path)
+        if weights is not None and len(weights) != len(entries):
+            raise DatasetError(f"{len(weights)} dataset weights for {len(entries)} dataset entries; give one per entry")
+        if weights is not None and not all(math.isfinite(w) and w > 0 for w in weights):
+            raise DatasetError(f"dataset weights must be positive and finite, got {list(weights)}")
         files = dataset_files(path)
+        file_weights = [w for entry, w in zip(entries, weights or [1.0] * len(entries), strict=True)
+                        for _ in dataset_files(entry)]
         self.path = Path(path) if isinstance(path, (str, Path)) else files[0]
         """The file or directory given (the first file of a list)."""
         self.files = files
@@ -95,7 +106,8 @@ class TrajectoryWindows:
         targets: list[torch.Tensor] = []
         remaining = max_trajectories
         length = None
-        for file in files:
+        counts: list[torch.Tensor] = []
+        for file, weight in zip(files, file_weights, strict=True):
             attrs = read_attrs(file)
             try:
                 signature = replace(RobotSignature.from_dict(attrs), joint_limits=tuple(joint_limits),
@@ -122,11 +134,17 @@ class TrajectoryWindows:
                                        "first")
             if remaining is not None and remaining <= 0:
                 break
+            before = sum(len(t) for t in targets)
             read = self._read(file, remaining, inputs, targets, length)
+            counts.append(torch.full((sum(len(t) for t in targets) - before,), float(weight)))
             remaining = None if remaining is None else remaining - read
         self.inputs = {name: torch.cat(parts).to(device) for name, parts in inputs.items()}
         self.targets = torch.cat(targets).to(device)
         self.num_trajectories, self.trajectory_length = self.targets.shape[:2]
+        per_trajectory = torch.cat(counts)
+        # Every trajectory holds the same number of windows, so the mean over trajectories is the mean over windows.
+        self.weights = None if weights is None else (per_trajectory / per_trajectory.mean()).to(device)
+        """Loss weight of each trajectory's windows (num_trajectories,), mean 1; None when unweighted."""
         self.starts_per_trajectory = self.trajectory_length - history + 1
         self._offsets = torch.arange(history, device=device)
 
@@ -177,9 +195,17 @@ class TrajectoryWindows:
         steps = (window_ids % self.starts_per_trajectory)[:, None] + self._offsets
         return {name: value[traj, steps] for name, value in self.inputs.items()}, self.targets[traj, steps]
 
+    def batch_weights(self, window_ids: torch.Tensor) -> torch.Tensor | None:
+        """Loss weights (B,) of the windows ``window_ids``; None for an unweighted dataset."""
+        if self.weights is None:
+            return None
+        return self.weights[window_ids.to(self.weights.device) // self.starts_per_trajectory]
+
     def iterate(self, batch_size: int, generator: torch.Generator, max_batches: int | None = None,
-                shard: tuple[int, int] = (0, 1)) -> Iterator[tuple[dict[str, torch.Tensor], torch.Tensor]]:
-        """Shuffled batches over all windows (one epoch), or the first ``max_batches`` of them.
+                shard: tuple[int, int] = (0, 1)
+                ) -> Iterator[tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor | None]]:
+        """Shuffled batches ``(inputs, targets, weights)`` over all windows (one epoch), or the first
+        ``max_batches`` of them; ``weights`` (B,) is None for an unweighted dataset.
 
         With ``shard = (rank, world_size)`` (distributed training) every process draws the same global batches
         (same generator state) and takes its own ``batch_size // world_size`` windows of each, so the ranks'
@@ -197,4 +223,4 @@ class TrajectoryWindows:
                 if len(batch) < batch_size and len(batch) % world:
                     return
                 batch = batch[rank::world]
-            yield self.get_batch(batch)
+            yield *self.get_batch(batch), self.batch_weights(batch)

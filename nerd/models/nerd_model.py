@@ -189,12 +189,15 @@ class NeRDModel(nn.Module):
         out = self.backbone(tokens)
         return out if self.skip is None else out + self.skip(tokens)
 
-    def loss(self, inputs: Mapping[str, torch.Tensor], target: torch.Tensor) -> torch.Tensor:
+    def loss(self, inputs: Mapping[str, torch.Tensor], target: torch.Tensor, weights: torch.Tensor | None = None
+             ) -> torch.Tensor:
         """Mean squared error in normalised units over every position of the window (teacher forcing).
 
         Args:
             inputs: Group name -> raw values of shape ``(B, T, width)``.
             target: Raw targets of shape ``(B, T, P)``: the state change from step t to t + 1.
+            weights: Optional loss weight of each window ``(B,)``: the mean of the windows' errors times their
+                weights (weighted datasets scale theirs to a mean of 1); None: every window alike.
 
         Returns:
             Scalar loss.
@@ -204,7 +207,12 @@ class NeRDModel(nn.Module):
             raise ValueError(
                 f"target must have shape {tuple(prediction.shape)} (B, T, P), got {tuple(target.shape)}"
             )
-        return F.mse_loss(prediction, self.target_norm.normalize(target))
+        if weights is None:
+            return F.mse_loss(prediction, self.target_norm.normalize(target))
+        if weights.shape != target.shape[:1]:
+            raise ValueError(f"weights must have shape ({target.shape[0]},) (B,), got {tuple(weights.shape)}")
+        errors = F.mse_loss(prediction, self.target_norm.normalize(target), reduction="none").mean(dim=(1, 2))
+        return (errors * weights).mean()
 
     def predict(self, inputs: Mapping[str, torch.Tensor], lengths: torch.Tensor | None = None) -> torch.Tensor:
         """Predict the raw target for the last valid time step of each history.

@@ -56,7 +56,7 @@ LOOP_DIR_ENTRIES = (STATE_FILE, "config.yaml", "git.yaml", "eval.json", "eval.md
 ADDED_KEYS = {"ppo_simulator": NEURAL}
 """Config keys added after loops were recorded, with the value those loops ran with (a resume compares configs)."""
 EXTENSION_KEYS = (("epochs_per_round",), ("refine", "stochastic"), ("refine", "finetune_minutes"),
-                  ("refine", "base_train"), ("refine", "base_valid"))
+                  ("refine", "base_train"), ("refine", "base_valid"), ("refine", "policy_weight"))
 """Settings a resume that adds rounds may change: they act only on the stages it runs (each round records the
 epoch its PPO ended at, the value its data was collected with, its fine-tune's minutes and base data), never on a
 stage the loop has run. E.g. fewer epochs per round with shorter fine-tunes refine the model more often at the same
@@ -78,6 +78,11 @@ class RefineConfig:
     data alone). Its trajectories must not be longer than ``trajectory_length``."""
     base_valid: list[str] = field(default_factory=list)
     """Validation data beside the policy data's held-out part."""
+    policy_weight: float = 1.0
+    """Loss weight of every policy data file against a base data file's (``dataset.train_weights``; our option).
+    The policy's settled states move by millimetres, so in an unweighted mix the base data's error sets the
+    gradient and the policy data is hardly learnt; a larger weight makes it count without dropping the base data.
+    1: the unweighted mix."""
     valid_fraction: float = 0.1
     """Share of each round's ground-truth transitions written to a validation file instead of the training one."""
     finetune_minutes: float = 5.0
@@ -98,6 +103,7 @@ class RefineConfig:
         check_range("gt_fraction", self.gt_fraction, low=0, low_open=True, high=1)
         check_range("valid_fraction", self.valid_fraction, low=0, high=0.5)
         check_range("finetune_minutes", self.finetune_minutes, low=0, low_open=True)
+        check_range("policy_weight", self.policy_weight, low=0, low_open=True)
         check_range("trajectory_length", self.trajectory_length, low=1)
 
 
@@ -419,15 +425,23 @@ def _refine(cfg: TransferConfig, train_cfg: TrainConfig, models: list[str], data
     policy_valid = [r["data"]["valid"] for r in rounds if "valid" in r.get("data", {})]
     run_cfg = replace(train_cfg, time_budget_minutes=refine.finetune_minutes,
                       num_epochs=max(train_cfg.num_epochs, 10_000))
+    weighted = refine.policy_weight != 1.0
+
+    def weights(base: list[str], policy: list[str]) -> list[float] | None:
+        return [1.0] * len(base) + [refine.policy_weight] * len(policy) if weighted else None
+
     run_cfg.dataset = replace(run_cfg.dataset, train=refine.base_train + policy_train,
-                              valid=refine.base_valid + policy_valid, max_train_trajectories=None)
+                              valid=refine.base_valid + policy_valid, max_train_trajectories=None,
+                              train_weights=weights(refine.base_train, policy_train),
+                              valid_weights=weights(refine.base_valid, policy_valid))
     refined, losses = [], []
     base_files = len(dataset_files(refine.base_train)) if refine.base_train else 0
     for m, model in enumerate(models):
         run_dir = round_dir / f"model_{m}"
         if progress:
             print(f"round {k}: fine-tuning {model} for {refine.finetune_minutes:g} CPU-min on "
-                  f"{base_files} base + {len(policy_train)} policy data files", flush=True)
+                  f"{base_files} base + {len(policy_train)} policy data files"
+                  + (f" (policy data weighted {refine.policy_weight:g})" if weighted else ""), flush=True)
         # A fine-tune interrupted after its first epoch continues; one without a checkpoint starts over.
         resume = (run_dir / "nn" / "last.pt").is_file()
         summary = (yaml.safe_load((run_dir / "summary.yaml").read_text()) if (run_dir / "summary.yaml").is_file()
@@ -439,7 +453,8 @@ def _refine(cfg: TransferConfig, train_cfg: TrainConfig, models: list[str], data
         refined.append(str(path))
         losses.append(summary.get("best_valid_loss"))
     record.update(refined_models=refined, finetune_minutes=refine.finetune_minutes,
-                  finetune_base_data=base_files, finetune_best_valid_loss=losses)
+                  finetune_base_data=base_files, finetune_policy_weight=refine.policy_weight,
+                  finetune_best_valid_loss=losses)
     state.save()
     return refined
 
@@ -472,7 +487,8 @@ def loop_cost(data: dict[str, Any]) -> dict[str, Any]:
     per_round = [{"round": k, "ppo_env_steps": r.get("ppo_env_steps"), "gt_transitions": r.get("gt_transitions", 0),
                   "train_reward": r.get("train_reward"), "eval": r.get("eval"),
                   "ppo_epoch_end": r.get("ppo_epoch_end"), "stochastic": r.get("stochastic"),
-                  "finetune_minutes": r.get("finetune_minutes"),
+                  "finetune_minutes": r.get("finetune_minutes"), "finetune_base_data": r.get("finetune_base_data"),
+                  "finetune_policy_weight": r.get("finetune_policy_weight"),
                   "model_error": r.get("model_error"), "model_error_valid": r.get("model_error_valid"),
                   "refined_model_error_valid": r.get("refined_model_error_valid"),
                   "finetune_best_valid_loss": r.get("finetune_best_valid_loss")} for k, r in enumerate(rounds)]

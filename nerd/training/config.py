@@ -3,6 +3,7 @@ of what a run writes in its directory."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -35,6 +36,25 @@ class DatasetConfig:
     """Validation HDF5 file, directory or list of files."""
     max_train_trajectories: int | None = None
     """Use only the first trajectories of the training file; None for all."""
+    train_weights: list[float] | None = None
+    """A loss weight per entry of the ``train`` list (our option): a small part of the data (e.g. the ground-truth
+    data of a policy, whose targets are millimetres) can count in the loss as much as a large one; scaled to a mean
+    of 1 over the windows. None: every window alike (the release's loss)."""
+    valid_weights: list[float] | None = None
+    """The same per entry of the ``valid`` list, so that the validation loss (and ``best.pt`` by it) measures what
+    the weighted training loss minimises."""
+
+    def __post_init__(self) -> None:
+        for key in ("train", "valid"):
+            weights, entries = getattr(self, f"{key}_weights"), getattr(self, key)
+            if weights is None:
+                continue
+            count = 1 if isinstance(entries, str) else len(entries)
+            if len(weights) != count:
+                raise ConfigError(f"config key '{key}_weights': {len(weights)} weights for the {count} "
+                                  f"entries of dataset.{key}; give one per entry")
+            if not all(math.isfinite(w) and w > 0 for w in weights):
+                raise ConfigError(f"config key '{key}_weights': weights must be positive, got {weights}")
 
 
 @dataclass

@@ -54,7 +54,7 @@ def train_epoch(model: NeRDModel, loss_fn, optimizer: torch.optim.Optimizer, cfg
                 writer, progress: bool) -> list[float]:
     """One epoch of batch -> loss -> backward -> clip -> Adam step; returns the batch losses.
 
-    ``loss_fn(inputs, target)`` is ``model.loss``, or its DistributedDataParallel wrapper under torchrun (each
+    ``loss_fn(inputs, target, weights)`` is ``model.loss``, or its DistributedDataParallel wrapper under torchrun (each
     rank then takes its own share of every batch; the logged loss is the mean over the ranks). Advances ``run``
     (steps, CPU seconds) and stops early once its budget is spent.
     """
@@ -69,7 +69,7 @@ def train_epoch(model: NeRDModel, loss_fn, optimizer: torch.optim.Optimizer, cfg
     bar = tqdm(batches, total=steps_per_epoch, desc=f"epoch {epoch}", disable=not progress)
     clock = time.perf_counter if cfg.time_budget_clock == "wall" else time.process_time
     tick = clock()
-    for inputs, target in bar:
+    for inputs, target, weights in bar:
         if run.budget is not None:
             if run.budget_spent:
                 break
@@ -80,7 +80,7 @@ def train_epoch(model: NeRDModel, loss_fn, optimizer: torch.optim.Optimizer, cfg
         for group in optimizer.param_groups:
             group["lr"] = lr
         optimizer.zero_grad(set_to_none=True)
-        reported = accumulate_gradients(loss_fn, inputs, target, cfg.micro_batch_size, world > 1)
+        reported = accumulate_gradients(loss_fn, inputs, target, cfg.micro_batch_size, world > 1, weights)
         if world > 1:  # every rank decides on the same (mean) loss, so a divergence stops all of them
             reported = mean_over_ranks(reported, world)
         value = reported.item()  # the step's one host sync (on a GPU)

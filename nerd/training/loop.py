@@ -108,9 +108,10 @@ def _train(cfg: TrainConfig, request: RunRequest, rank: Rank) -> dict[str, Any]:
     options = model_options(cfg.model)
     train_data = TrajectoryWindows(cfg.dataset.train, cfg.history_length, device, cfg.dataset.max_train_trajectories,
                                    joint_limits=limits, joint_limit_lookahead=cfg.joint_limit_lookahead,
-                                   model_options=options)
+                                   model_options=options, weights=cfg.dataset.train_weights)
     valid_data = TrajectoryWindows(cfg.dataset.valid, cfg.history_length, device, joint_limits=limits,
-                                   joint_limit_lookahead=cfg.joint_limit_lookahead, model_options=options)
+                                   joint_limit_lookahead=cfg.joint_limit_lookahead, model_options=options,
+                                   weights=cfg.dataset.valid_weights)
     sig = train_data.signature
     for name, data in (("training", train_data), ("validation", valid_data)):
         if data.signature.env_name != cfg.env_name:

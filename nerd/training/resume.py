@@ -233,6 +233,10 @@ def resume_changes(cfg: TrainConfig, payload: dict[str, Any]) -> str:
     new = {key: value for key, value in to_dict(cfg).items() if key != "dataset"}
     # Keys the config no longer has (options since removed, recorded by older runs) are not changes.
     old = {key: value for key, value in payload["config"].items() if key in new}
+    # The files are checked by check_resume_config; their loss weights are part of the schedule.
+    weights = ("train_weights", "valid_weights")
+    new["dataset"] = {key: getattr(cfg.dataset, key) for key in weights}
+    old["dataset"] = {key: payload["config"].get("dataset", {}).get(key) for key in weights}
     return _differences(old, new, "")
 
 

@@ -21,9 +21,10 @@ def get_lr(progress: float, lr_start: float, lr_end: float, warmup: float = 0.0)
 
 @torch.no_grad()
 def validation_loss(model: NeRDModel, data: TrajectoryWindows, batch_size: int, batches: int, seed: int) -> float:
-    """Mean normalised loss over ``batches`` random validation batches (the same ones every epoch)."""
+    """Mean normalised loss over ``batches`` random validation batches (the same ones every epoch), weighted as
+    ``data`` weights its windows."""
     model.eval()
     generator = torch.Generator().manual_seed(seed)
-    losses = [model.loss(x, y).item() for x, y in data.iterate(batch_size, generator, batches)]
+    losses = [model.loss(x, y, w).item() for x, y, w in data.iterate(batch_size, generator, batches)]
     model.train()
     return sum(losses) / max(len(losses), 1)

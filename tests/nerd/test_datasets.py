@@ -272,6 +272,31 @@ def test_longer_trajectories_are_cut_into_pieces_that_keep_every_window(tmp_path
         TrajectoryWindows([long, short], history)
 
 
+def test_dataset_weights_follow_each_listed_entry_and_average_one(tmp_path):
+    """Weights are given per list entry (a directory's files share its weight), kept per trajectory through the
+    cutting of long trajectories, scaled to a mean of 1 over the windows, and handed out with each batch."""
+    small = generate_dataset(GenerationConfig("Cartpole", 40, trajectory_length=10, num_envs=4, seed=1),
+                             tmp_path / "small.hdf5", progress=False).path
+    (tmp_path / "parts").mkdir()
+    for seed in (2, 3):  # 2 trajectories of 23 steps each, 3 pieces per trajectory
+        generate_dataset(GenerationConfig("Cartpole", 46, trajectory_length=23, num_envs=2, seed=seed),
+                         tmp_path / "parts" / f"p{seed}.hdf5", progress=False)
+    plain = TrajectoryWindows([small, tmp_path / "parts"], history=4)
+    assert plain.weights is None and plain.batch_weights(torch.arange(3)) is None
+    weighted = TrajectoryWindows([small, tmp_path / "parts"], history=4, weights=[1.0, 10.0])
+    raw = torch.tensor([1.0] * 4 + [10.0] * (2 * 2 * 3))
+    torch.testing.assert_close(weighted.weights, raw / raw.mean())
+    per_window = weighted.batch_weights(torch.arange(len(weighted)))
+    assert per_window.mean().item() == pytest.approx(1.0)
+    assert per_window[-1] / per_window[0] == pytest.approx(10.0)  # the parts' windows against the small file's
+    batch = next(weighted.iterate(8, torch.Generator().manual_seed(0)))
+    assert len(batch) == 3 and batch[2].shape == (8,)
+    with pytest.raises(DatasetError, match="2 dataset weights for 1 dataset entries"):
+        TrajectoryWindows(small, history=4, weights=[1.0, 2.0])
+    with pytest.raises(DatasetError, match="positive and finite"):
+        TrajectoryWindows([small], history=4, weights=[0.0])
+
+
 def test_summary_and_plot_name_coordinates_with_units(pendulum_dataset, tmp_path):
     """The file stores coordinate names; the summary table and the PNG (states, then torques) use them."""
     from nerd.datasets.summary import coordinate_names, format_summary, plot_dataset, summarize_dataset

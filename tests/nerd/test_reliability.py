@@ -1,5 +1,6 @@
 """Nothing lost, nothing misreported: the failure cases of the reliability probe (docs/reliability.md)."""
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -316,6 +317,10 @@ def test_resume_names_changed_settings_and_refuses_a_changed_selection_rule(smal
     new = tiny_train_config(small_dataset, lr_start=3e-4, batch_size=32)
     assert resume_changes(new, payload) == "batch_size 16 -> 32, lr_start 0.001 -> 0.0003"
     check_resume_config(new, old.model, payload)
+    weighted = tiny_train_config(small_dataset)
+    weighted.dataset = dataclasses.replace(weighted.dataset, train=[str(small_dataset)], train_weights=[2.0])
+    assert resume_changes(weighted, payload) == "dataset.train_weights None -> [2.0]"
+    check_resume_config(weighted, old.model, payload)
     with pytest.raises(ConfigError, match="best_checkpoint_by rollout -> valid_loss"):
         check_resume_config(tiny_train_config(small_dataset, best_checkpoint_by="valid_loss"), old.model, payload)
 

@@ -521,6 +521,37 @@ def test_micro_batches_give_the_whole_batchs_training_step(pendulum_run, tmp_pat
         torch.testing.assert_close(weights[1][name], value, atol=1e-5, rtol=1e-4, msg=name)
 
 
+def test_weighted_loss_scales_each_windows_error(pendulum_run):
+    """The weighted loss is the mean of each window's error times its weight: equal weights give the plain loss,
+    and a tiny weight on half the batch leaves the gradient of the other half alone."""
+    root, cfg, _ = pendulum_run
+    model = load_checkpoint(root / "logs" / "nn" / "last.pt")[0]
+    inputs, target = TrajectoryWindows(cfg.dataset.valid, 10).get_batch(torch.arange(0, 400, 50))
+    plain = model.loss(inputs, target)
+    torch.testing.assert_close(model.loss(inputs, target, torch.ones(8)), plain)
+    half = {k: v[:4] for k, v in inputs.items()}, target[:4]
+    weights = torch.tensor([1.0] * 4 + [1e-9] * 4)
+    torch.testing.assert_close(model.loss(inputs, target, weights), model.loss(*half) / 2)
+    grads = []
+    for loss in (lambda: model.loss(inputs, target, weights) * 2, lambda: model.loss(*half)):
+        model.zero_grad()
+        loss().backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    torch.testing.assert_close(grads[0], grads[1])
+    with pytest.raises(ValueError, match=r"weights must have shape \(8,\)"):
+        model.loss(inputs, target, torch.ones(3))
+
+
+def test_dataset_weights_need_one_positive_weight_per_entry():
+    base = {"env_name": "PendulumWithContact", "model": TINY_MODEL}
+    with pytest.raises(ConfigError, match="'dataset.train_weights': 1 weights for the 2 entries"):
+        from_dict(TrainConfig, {**base, "dataset": {"train": ["a.hdf5", "b.hdf5"], "train_weights": [1.0]}})
+    with pytest.raises(ConfigError, match="'dataset.valid_weights': weights must be positive"):
+        from_dict(TrainConfig, {**base, "dataset": {"valid": "v.hdf5", "valid_weights": [-1.0]}})
+    with pytest.raises(ConfigError, match="train_weights"):
+        from_dict(TrainConfig, {**base, "dataset": {"train": "a.hdf5", "train_weights": "heavy"}})
+
+
 def test_a_diverged_rollout_check_does_not_end_the_run(pendulum_run, tmp_path, monkeypatch):
     """An epoch whose rollout check blows up (an under-trained model) is recorded as diverged and kept out of
     best.pt; training goes on to the next epoch."""

@@ -371,9 +371,10 @@ def test_a_finished_loop_is_extended_by_a_resume_with_more_rounds(tiny, tmp_path
     assert yaml.safe_load((tmp_path / "loop/config.yaml").read_text())["rounds"] == 2
 
 
-def test_an_extension_may_switch_to_mean_action_data_for_the_rounds_it_adds(tiny, tmp_path):
-    """refine.stochastic may change only on a resume that adds rounds; the collections the extension runs use the
-    new value, each round records the value its data had, and loop.json records the change."""
+def test_an_extension_may_switch_to_mean_action_data_and_weight_the_policy_data(tiny, tmp_path):
+    """refine.stochastic and refine.policy_weight may change only on a resume that adds rounds; the collections and
+    fine-tunes the extension runs use the new values (the policy data files weighted against the base data in the
+    fine-tune's loss), each round records the values it ran with, and loop.json records the change."""
     _, (a, _), _ = tiny
     run_transfer_loop(loop_config(tmp_path, [a]), tmp_path / "loop", progress=False)
     before = json.loads((tmp_path / "loop/loop.json").read_text())
@@ -382,7 +383,7 @@ def test_an_extension_may_switch_to_mean_action_data_for_the_rounds_it_adds(tiny
 
     def mean_action(rounds):
         cfg = loop_config(tmp_path, [a], rounds=rounds)
-        return replace(cfg, refine=replace(cfg.refine, stochastic=False))
+        return replace(cfg, refine=replace(cfg.refine, stochastic=False, policy_weight=20.0))
 
     with pytest.raises(UserError, match="another config"):
         run_transfer_loop(mean_action(2), tmp_path / "loop", resume=True, progress=False)
@@ -392,8 +393,14 @@ def test_an_extension_may_switch_to_mean_action_data_for_the_rounds_it_adds(tiny
     assert first["data"] == before["rounds"][0]["data"] and first["stochastic"] is True  # not collected again
     assert second["stochastic"] is False
     assert read_attrs(second["data"]["train"])["policy_data"]["stochastic"] is False
-    assert after["extensions"] == [{"rounds": 2, "changed": {"refine.stochastic": [True, False]}}]
+    assert after["extensions"] == [{"rounds": 2, "changed": {"refine.stochastic": [True, False],
+                                                             "refine.policy_weight": [1.0, 20.0]}}]
     assert [r["stochastic"] for r in table["loop"]["rounds"]] == [True, False, None]
+    assert [r["finetune_policy_weight"] for r in table["loop"]["rounds"]] == [1.0, 20.0, None]
+    unweighted, weighted = (yaml.safe_load((tmp_path / f"loop/round_{k}/model_0/config.yaml").read_text())["dataset"]
+                            for k in (0, 1))
+    assert unweighted["train_weights"] is None and unweighted["valid_weights"] is None
+    assert weighted["train_weights"] == [1.0, 20.0, 20.0] and weighted["valid_weights"] == [1.0, 20.0, 20.0]
 
 
 def test_an_extension_may_refine_more_often_with_shorter_rounds_and_fine_tunes(tiny, tmp_path, capsys):
