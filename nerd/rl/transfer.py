@@ -53,8 +53,9 @@ STATE_FILE = "loop.json"
 """The loop's record of its finished stages, in the loop directory."""
 LOOP_DIR_ENTRIES = (STATE_FILE, "config.yaml", "git.yaml", "eval.json", "eval.md", "eval.png")
 """The loop's own files in its directory (beside its ``round_<k>`` folders)."""
-ADDED_KEYS = {"ppo_simulator": NEURAL}
-"""Config keys added after loops were recorded, with the value those loops ran with (a resume compares configs)."""
+ADDED_KEYS = {("ppo_simulator",): NEURAL, ("refine", "policy_weight"): 1.0}
+"""Config keys added after loops were recorded, with the value those loops ran with (a resume compares configs; a
+key of a section is added where the loop has that section)."""
 EXTENSION_KEYS = (("epochs_per_round",), ("refine", "stochastic"), ("refine", "finetune_minutes"),
                   ("refine", "base_train"), ("refine", "base_valid"), ("refine", "policy_weight"))
 """Settings a resume that adds rounds may change: they act only on the stages it runs (each round records the
@@ -211,7 +212,7 @@ class _LoopState:
             self._record_epochs_of_old_rounds()
             # The evaluation settings may change on a resume (e.g. to evaluate every round of a finished loop
             # afterwards), and rounds may be added; neither changes a stage the loop has run.
-            old = {**ADDED_KEYS, **self.data.get("config", {})}
+            old = _with_added_keys(self.data.get("config", {}))
             extending = config["rounds"] > old["rounds"]
             if _fixed_settings(old, extending) != _fixed_settings(config, extending):
                 raise UserError(f"{logdir} holds a transfer loop of another config; resume it with its own "
@@ -252,6 +253,16 @@ class _LoopState:
 
     def save(self) -> None:
         write_text_atomic(self.path, json.dumps(self.data, indent=2))
+
+
+def _with_added_keys(config: dict[str, Any]) -> dict[str, Any]:
+    """A recorded config with the :data:`ADDED_KEYS` it lacks, at the values loops ran with before they existed."""
+    config = copy.deepcopy(config)
+    for (*path, last), value in ADDED_KEYS.items():
+        section = _get(config, tuple(path)) if path else config
+        if isinstance(section, dict):
+            section.setdefault(last, value)
+    return config
 
 
 def _get(config: dict[str, Any], key: tuple[str, ...]) -> Any:

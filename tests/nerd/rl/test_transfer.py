@@ -374,9 +374,15 @@ def test_a_finished_loop_is_extended_by_a_resume_with_more_rounds(tiny, tmp_path
 def test_an_extension_may_switch_to_mean_action_data_and_weight_the_policy_data(tiny, tmp_path):
     """refine.stochastic and refine.policy_weight may change only on a resume that adds rounds; the collections and
     fine-tunes the extension runs use the new values (the policy data files weighted against the base data in the
-    fine-tune's loss), each round records the values it ran with, and loop.json records the change."""
+    fine-tune's loss), each round records the values it ran with, and loop.json records the change. A loop recorded
+    before policy_weight existed resumes and extends as one that ran at 1."""
     _, (a, _), _ = tiny
     run_transfer_loop(loop_config(tmp_path, [a]), tmp_path / "loop", progress=False)
+    path = tmp_path / "loop/loop.json"
+    recorded = json.loads(path.read_text())
+    del recorded["config"]["refine"]["policy_weight"]
+    path.write_text(json.dumps(recorded))
+    run_transfer_loop(loop_config(tmp_path, [a]), tmp_path / "loop", resume=True, progress=False)
     before = json.loads((tmp_path / "loop/loop.json").read_text())
     assert before["rounds"][0]["stochastic"] is True
     assert read_attrs(before["rounds"][0]["data"]["train"])["policy_data"]["stochastic"] is True
