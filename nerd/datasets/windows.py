@@ -47,6 +47,21 @@ def dataset_files(spec: str | Path | Sequence[str | Path]) -> list[Path]:
     return [file for entry in spec for file in dataset_files(Path(entry))]
 
 
+def _file_weights(spec: str | Path | Sequence[str | Path], weights: Sequence[float]) -> list[float]:
+    """The weight of each file of :func:`dataset_files` ``(spec)``, from one weight per entry of ``spec`` (a
+    directory's files share its entry's).
+
+    Raises:
+        DatasetError: If the weights are not one positive finite number per entry.
+    """
+    entries = [spec] if isinstance(spec, (str, Path)) else list(spec)
+    if len(weights) != len(entries):
+        raise DatasetError(f"{len(weights)} dataset weights for {len(entries)} dataset entries; give one per entry")
+    if not all(math.isfinite(w) and w > 0 for w in weights):
+        raise DatasetError(f"dataset weights must be positive and finite, got {list(weights)}")
+    return [float(w) for entry, w in zip(entries, weights, strict=True) for _ in dataset_files(Path(entry))]
+
+
 def piece_starts(length: int, piece: int, history: int) -> list[int]:
     """First steps of the pieces of ``piece`` steps that cover every ``history``-step window of a ``length``-step
     trajectory: consecutive pieces overlap by ``history - 1`` steps, and the last one ends with the trajectory
@@ -89,14 +104,8 @@ class TrajectoryWindows:
                  max_trajectories: int | None = None, joint_limits: tuple[tuple[int, float, float], ...] = (),
                  joint_limit_lookahead: bool = False, model_options: Mapping[str, Any] | None = None,
                  weights: Sequence[float] | None = None):
-        entries = [path] if isinstance(path, (str, Path)) else list(path)
-        if weights is not None and len(weights) != len(entries):
-            raise DatasetError(f"{len(weights)} dataset weights for {len(entries)} dataset entries; give one per entry")
-        if weights is not None and not all(math.isfinite(w) and w > 0 for w in weights):
-            raise DatasetError(f"dataset weights must be positive and finite, got {list(weights)}")
         files = dataset_files(path)
-        file_weights = [w for entry, w in zip(entries, weights or [1.0] * len(entries), strict=True)
-                        for _ in dataset_files(entry)]
+        file_weights = None if weights is None else _file_weights(path, weights)
         self.path = Path(path) if isinstance(path, (str, Path)) else files[0]
         """The file or directory given (the first file of a list)."""
         self.files = files
@@ -106,8 +115,8 @@ class TrajectoryWindows:
         targets: list[torch.Tensor] = []
         remaining = max_trajectories
         length = None
-        counts: list[torch.Tensor] = []
-        for file, weight in zip(files, file_weights, strict=True):
+        counts: list[torch.Tensor] = []  # the loss weight of every trajectory read, per file (weighted data only)
+        for i, file in enumerate(files):
             attrs = read_attrs(file)
             try:
                 signature = replace(RobotSignature.from_dict(attrs), joint_limits=tuple(joint_limits),
@@ -134,16 +143,17 @@ class TrajectoryWindows:
                                        "first")
             if remaining is not None and remaining <= 0:
                 break
-            before = sum(len(t) for t in targets)
+            chunks = len(targets)
             read = self._read(file, remaining, inputs, targets, length)
-            counts.append(torch.full((sum(len(t) for t in targets) - before,), float(weight)))
+            if file_weights is not None:
+                counts.append(torch.full((sum(len(t) for t in targets[chunks:]),), file_weights[i]))
             remaining = None if remaining is None else remaining - read
         self.inputs = {name: torch.cat(parts).to(device) for name, parts in inputs.items()}
         self.targets = torch.cat(targets).to(device)
         self.num_trajectories, self.trajectory_length = self.targets.shape[:2]
-        per_trajectory = torch.cat(counts)
         # Every trajectory holds the same number of windows, so the mean over trajectories is the mean over windows.
-        self.weights = None if weights is None else (per_trajectory / per_trajectory.mean()).to(device)
+        per_trajectory = torch.cat(counts) if file_weights is not None else None
+        self.weights = None if per_trajectory is None else (per_trajectory / per_trajectory.mean()).to(device)
         """Loss weight of each trajectory's windows (num_trajectories,), mean 1; None when unweighted."""
         self.starts_per_trajectory = self.trajectory_length - history + 1
         self._offsets = torch.arange(history, device=device)
