@@ -35,7 +35,7 @@ import torch
 import yaml
 
 from nerd.cli import run_main
-from nerd.config import ConfigError, load_config, to_dict
+from nerd.config import ConfigError, from_dict, load_config, to_dict
 from nerd.errors import UserError
 from nerd.run_dir import write_text_atomic
 from nerd.training import RUN_CHECKPOINT, TrainConfig, train
@@ -183,6 +183,15 @@ def _checkpoint(run: Path) -> Path:
 _IDENTITY_KEYS = ("env_name", "model", "history_length", "dataset")
 
 
+def _recorded_config(raw: dict[str, Any]) -> dict[str, Any]:
+    """A run's recorded config with the defaults of keys added since it was written, so that a run recorded
+    before a new option existed reads as the option's default (NeRD's) instead of as another variant."""
+    try:
+        return to_dict(from_dict(TrainConfig, raw))
+    except ConfigError:
+        return raw  # a record this version cannot read: compared as written, so a difference refuses it
+
+
 def train_variant(spec: AblationSpec, case_name: str, variant: str, run: Path, device: str, progress: bool) -> Path:
     """Train one variant of one case into ``run`` unless it is finished; returns the checkpoint to evaluate.
 
@@ -193,7 +202,7 @@ def train_variant(spec: AblationSpec, case_name: str, variant: str, run: Path, d
     cfg = variant_config(spec, case, variant)
     recorded = run / "config.yaml"
     if recorded.is_file():
-        old = yaml.safe_load(recorded.read_text()) or {}
+        old = _recorded_config(yaml.safe_load(recorded.read_text()) or {})
         new = to_dict(cfg)
         changed = [k for k in _IDENTITY_KEYS if old.get(k) != yaml.safe_load(yaml.safe_dump(new.get(k)))]
         if changed:

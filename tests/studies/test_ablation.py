@@ -88,6 +88,15 @@ def test_the_study_runs_end_to_end_and_resumes(data, tmp_path, monkeypatch, caps
     assert out.count("not trained again") == 6 and out.count("not rerun") == 6
     assert {p: p.stat().st_mtime_ns for p in runs.rglob("*.pt")} == stamps
 
+    # A run recorded before an option existed (a key missing from its config.yaml) reads as the option's default.
+    recorded = runs / "pendulum" / "absolute" / "config.yaml"
+    old = yaml.safe_load(recorded.read_text())
+    del old["dataset"]["train_weights"]
+    recorded.write_text(yaml.safe_dump(old))
+    code, out, err = run(tmp_path, spec(data), monkeypatch, capsys, "--only", "absolute", "--cases", "pendulum")
+    torch.set_num_threads(torch_threads)
+    assert code == 0 and "pendulum/absolute: trained" in out, error_lines(err) or err[-3000:]
+
     # A changed variant is not mixed into the study's old runs.
     changed = spec(data)
     changed["variants"]["absolute"] = ["model.prediction=absolute", "history_length=2"]
