@@ -207,6 +207,8 @@ class _LoopState:
         self.path = logdir / STATE_FILE
         self.extended_from: int | None = None
         """The loop's earlier round count when this resume adds rounds (None otherwise)."""
+        self.shortened = False
+        """Whether this resume ends an unfinished loop after fewer rounds."""
         if self.path.is_file():
             self.data = json.loads(self.path.read_text())
             self._record_epochs_of_old_rounds()
@@ -218,8 +220,15 @@ class _LoopState:
                 raise UserError(f"{logdir} holds a transfer loop of another config; resume it with its own "
                                 f"({logdir / 'config.yaml'}) or choose another --logdir")
             if config["rounds"] < old["rounds"]:
-                raise UserError(f"{logdir} holds a loop of {old['rounds']} rounds; a resume may add rounds, not "
-                                f"remove them (rounds >= {old['rounds']})")
+                # A loop still running may end sooner (and be extended again later): every stage it has run
+                # stays a stage of the shorter loop.
+                fewest = self._fewest_rounds()
+                if config["rounds"] < fewest:
+                    raise UserError(f"{logdir} holds a loop of {old['rounds']} rounds that has run {fewest} of them "
+                                    f"(the last one's refinement included); a resume may end it sooner, not remove "
+                                    f"rounds it has run (rounds >= {fewest})")
+                del self.data["rounds"][config["rounds"]:]
+                self.shortened = True
             if extending:
                 self.extended_from = old["rounds"]
                 changed = {".".join(key): [_get(old, key), _get(config, key)] for key in EXTENSION_KEYS
@@ -233,6 +242,15 @@ class _LoopState:
             self.data["config"] = config
         else:
             self.data = {"config": config, "rounds": []}
+
+    def _fewest_rounds(self) -> int:
+        """The fewest rounds this loop can still have: its last started round is the last round, unless the
+        refinement after it has begun (then the round after it too)."""
+        started = [k for k, record in enumerate(self.data["rounds"]) if record]
+        if not started:
+            return 1
+        last = started[-1]
+        return last + (2 if "data" in self.data["rounds"][last] else 1)
 
     def _record_epochs_of_old_rounds(self) -> None:
         """Loops recorded before rounds kept their last PPO epoch ran a fixed ``epochs_per_round``: fill it in, so
@@ -289,10 +307,12 @@ def run_transfer_loop(cfg: TransferConfig, logdir: str | Path, device: str = "cp
 
     Args:
         resume: Continue the loop in ``logdir`` where it stopped; it must have been started with the same config
-            and seed, except for the evaluation settings and for more ``rounds`` (a finished loop goes on: its last
-            policy is refined after and trained further; the earlier final evaluation is kept as
-            ``eval_rounds<R>.{json,md,png}`` and in ``loop.json``'s ``earlier_finals``). A resume that adds rounds
-            may also change the :data:`EXTENSION_KEYS` (recorded in ``loop.json``'s ``extensions``).
+            and seed, except for the evaluation settings and for ``rounds``. Fewer rounds, down to the last round
+            it has started (the one after it once its refinement has begun), end an unfinished loop sooner. More
+            rounds continue a finished loop: its last policy is refined after and trained further; the earlier final
+            evaluation is kept as ``eval_rounds<R>.{json,md,png}`` and in ``loop.json``'s ``earlier_finals``. A
+            resume that adds rounds may also change the :data:`EXTENSION_KEYS` (recorded in ``loop.json``'s
+            ``extensions``).
         overwrite: Remove a previous loop's outputs in ``logdir`` first (only once every input has been checked).
 
     A ``logdir`` that holds a loop is refused without one of the two; only one process may run a loop directory at
@@ -321,7 +341,7 @@ def run_transfer_loop(cfg: TransferConfig, logdir: str | Path, device: str = "cp
                     earlier.replace(logdir / f"eval_rounds{state.extended_from}.{suffix}")
         # Written before the first stage, so that a loop killed in its first round can be resumed.
         state.save()
-        if not (logdir / "config.yaml").is_file() or state.extended_from is not None:
+        if not (logdir / "config.yaml").is_file() or state.extended_from is not None or state.shortened:
             write_run_record(logdir, resolved)
         models = cfg.model_paths
         policy: str | None = None

@@ -218,7 +218,7 @@ def test_transfer_loop_refines_the_models_resumes_and_reports_its_cost(tiny, tmp
     with pytest.raises(UserError, match="another config"):
         run_transfer_loop(loop_config(tmp_path, [a, b], epochs_per_round=2), tmp_path / "loop", resume=True,
                           progress=False)
-    with pytest.raises(UserError, match="may add rounds, not remove them"):
+    with pytest.raises(UserError, match=r"has run 2 of them .* \(rounds >= 2\)"):
         run_transfer_loop(loop_config(tmp_path, [a, b], rounds=1), tmp_path / "loop", resume=True, progress=False)
     # The evaluation may change on a resume: every round's policy is evaluated afterwards, nothing else reruns.
     kept = (tmp_path / "loop/round_0/ppo/nn/last.pth").stat().st_mtime_ns
@@ -369,6 +369,38 @@ def test_a_finished_loop_is_extended_by_a_resume_with_more_rounds(tiny, tmp_path
     assert (tmp_path / "loop/eval_rounds1.json").is_file() and (tmp_path / "loop/eval.json").is_file()
     assert table["loop"]["gt_transitions"] == first["gt_transitions"]
     assert yaml.safe_load((tmp_path / "loop/config.yaml").read_text())["rounds"] == 2
+
+
+def test_an_unfinished_loop_may_end_sooner_but_keeps_every_round_it_has_refined(tiny, tmp_path, monkeypatch):
+    """A 3-round loop killed in round 1's PPO (round 0 refined): a resume with 1 round is refused (round 0's
+    refinement would be lost), one with 2 makes round 1 the last (its PPO finished, the final table written), and
+    the shorter loop extends back to 3 as any finished loop does."""
+    _, (a, _), _ = tiny
+    plain = ProgressObserver.after_print_stats
+
+    def kill_in_round_1(self, frame, epoch_num, total_time):
+        if epoch_num == 2:
+            raise KeyboardInterrupt
+        plain(self, frame, epoch_num, total_time)
+
+    loop = tmp_path / "loop"
+    with monkeypatch.context() as patch:
+        patch.setattr(ProgressObserver, "after_print_stats", kill_in_round_1)
+        with pytest.raises(KeyboardInterrupt):
+            run_transfer_loop(loop_config(tmp_path, [a], rounds=3), loop, progress=False)
+    assert "refined_models" in json.loads((loop / "loop.json").read_text())["rounds"][0]
+    with pytest.raises(UserError, match=r"has run 2 of them .* \(rounds >= 2\)"):
+        run_transfer_loop(loop_config(tmp_path, [a], rounds=1), loop, resume=True, progress=False)
+    table = run_transfer_loop(loop_config(tmp_path, [a], rounds=2), loop, resume=True, progress=False)
+    state = json.loads((loop / "loop.json").read_text())
+    first, second = state["rounds"]
+    assert state["config"]["rounds"] == 2 and yaml.safe_load((loop / "config.yaml").read_text())["rounds"] == 2
+    assert "data" not in second and state["final"]["policy"] == second["policy"]
+    assert second["nerd_models"] == first["refined_models"] and table["rows"][-1][GROUND_TRUTH]["num_games"] == 4
+    run_transfer_loop(loop_config(tmp_path, [a], rounds=3), loop, resume=True, progress=False)
+    state = json.loads((loop / "loop.json").read_text())
+    assert len(state["rounds"]) == 3 and state["rounds"][1]["gt_transitions"] > 0
+    assert state["earlier_finals"][0]["rounds"] == 2
 
 
 def test_an_extension_may_switch_to_mean_action_data_and_weight_the_policy_data(tiny, tmp_path):
