@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import shutil
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -229,6 +230,8 @@ class _LoopState:
                                     f"rounds it has run (rounds >= {fewest})")
                 del self.data["rounds"][config["rounds"]:]
                 self.shortened = True
+                # An interrupted collection after the new last round: it will not be finished or used.
+                shutil.rmtree(logdir / f"round_{config['rounds'] - 1}" / "data", ignore_errors=True)
             if extending:
                 self.extended_from = old["rounds"]
                 changed = {".".join(key): [_get(old, key), _get(config, key)] for key in EXTENSION_KEYS
@@ -244,8 +247,8 @@ class _LoopState:
             self.data = {"config": config, "rounds": []}
 
     def _fewest_rounds(self) -> int:
-        """The fewest rounds this loop can still have: its last started round is the last round, unless the
-        refinement after it has begun (then the round after it too)."""
+        """The fewest rounds this loop can still have: its last started round, or the round after it once the
+        ground-truth data for that round's refinement has been collected."""
         started = [k for k, record in enumerate(self.data["rounds"]) if record]
         if not started:
             return 1
