@@ -226,8 +226,8 @@ class _LoopState:
                 fewest = self._fewest_rounds()
                 if config["rounds"] < fewest:
                     raise UserError(f"{logdir} holds a loop of {old['rounds']} rounds that has run {fewest} of them "
-                                    f"(the last one's refinement included); a resume may end it sooner, not remove "
-                                    f"rounds it has run (rounds >= {fewest})")
+                                    f"(with the one its collected ground-truth data is for); a resume may end it "
+                                    f"sooner, not remove rounds it has run (rounds >= {fewest})")
                 del self.data["rounds"][config["rounds"]:]
                 self.shortened = True
                 # An interrupted collection after the new last round: it will not be finished or used.
@@ -311,11 +311,11 @@ def run_transfer_loop(cfg: TransferConfig, logdir: str | Path, device: str = "cp
     Args:
         resume: Continue the loop in ``logdir`` where it stopped; it must have been started with the same config
             and seed, except for the evaluation settings and for ``rounds``. Fewer rounds, down to the last round
-            it has started (the one after it once its refinement has begun), end an unfinished loop sooner. More
-            rounds continue a finished loop: its last policy is refined after and trained further; the earlier final
-            evaluation is kept as ``eval_rounds<R>.{json,md,png}`` and in ``loop.json``'s ``earlier_finals``. A
-            resume that adds rounds may also change the :data:`EXTENSION_KEYS` (recorded in ``loop.json``'s
-            ``extensions``).
+            it has started (the one after it once its ground-truth data is collected), end an unfinished loop
+            sooner. More rounds continue a finished loop: its last policy is refined after and trained further; the
+            earlier final evaluation is kept as ``eval_rounds<R>.{json,md,png}`` and in ``loop.json``'s
+            ``earlier_finals``. A resume that adds rounds may also change the :data:`EXTENSION_KEYS` (recorded in
+            ``loop.json``'s ``extensions``).
         overwrite: Remove a previous loop's outputs in ``logdir`` first (only once every input has been checked).
 
     A ``logdir`` that holds a loop is refused without one of the two; only one process may run a loop directory at
