@@ -206,10 +206,8 @@ class _LoopState:
 
     def __init__(self, logdir: Path, config: dict[str, Any]):
         self.path = logdir / STATE_FILE
-        self.extended_from: int | None = None
-        """The loop's earlier round count when this resume adds rounds (None otherwise)."""
-        self.shortened = False
-        """Whether this resume ends an unfinished loop after fewer rounds."""
+        self.resized_from: int | None = None
+        """The loop's earlier round count when this resume adds rounds or ends it sooner (None otherwise)."""
         if self.path.is_file():
             self.data = json.loads(self.path.read_text())
             self._record_epochs_of_old_rounds()
@@ -229,11 +227,11 @@ class _LoopState:
                                     f"(with the one its collected ground-truth data is for); a resume may end it "
                                     f"sooner, not remove rounds it has run (rounds >= {fewest})")
                 del self.data["rounds"][config["rounds"]:]
-                self.shortened = True
+                self.resized_from = old["rounds"]
                 # An interrupted collection after the new last round: it will not be finished or used.
                 shutil.rmtree(logdir / f"round_{config['rounds'] - 1}" / "data", ignore_errors=True)
             if extending:
-                self.extended_from = old["rounds"]
+                self.resized_from = old["rounds"]
                 changed = {".".join(key): [_get(old, key), _get(config, key)] for key in EXTENSION_KEYS
                            if _get(old, key) != _get(config, key)}
                 if changed:
@@ -337,14 +335,15 @@ def run_transfer_loop(cfg: TransferConfig, logdir: str | Path, device: str = "cp
             raise UserError(f"nothing to resume: {logdir} holds no transfer loop ({STATE_FILE})")
         resolved = {**to_dict(cfg), "seed": seed}
         state = _LoopState(logdir, resolved)
-        if state.extended_from is not None:
+        if state.resized_from is not None:
+            # A finished loop's final evaluation, kept beside (a loop ended sooner is unfinished: it has none).
             for suffix in ("json", "md", "png"):
                 earlier = logdir / f"eval.{suffix}"
                 if earlier.is_file():
-                    earlier.replace(logdir / f"eval_rounds{state.extended_from}.{suffix}")
+                    earlier.replace(logdir / f"eval_rounds{state.resized_from}.{suffix}")
         # Written before the first stage, so that a loop killed in its first round can be resumed.
         state.save()
-        if not (logdir / "config.yaml").is_file() or state.extended_from is not None or state.shortened:
+        if not (logdir / "config.yaml").is_file() or state.resized_from is not None:
             write_run_record(logdir, resolved)
         models = cfg.model_paths
         policy: str | None = None
