@@ -9,8 +9,16 @@ import torch
 
 from nerd.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
 from nerd.config import ConfigError, from_dict
+from nerd.envs import make_env
 from nerd.errors import UserError
-from nerd.features import RobotSignature, apply_targets, build_inputs, build_targets, with_model_options
+from nerd.features import (
+    RobotSignature,
+    apply_targets,
+    build_inputs,
+    build_targets,
+    signature_of_env,
+    with_model_options,
+)
 from nerd.frames import quat_from_axis_angle, quat_mul, quat_normalize
 from nerd.models import ModelConfig
 from nerd.models.nerd_model import NeRDModel
@@ -115,6 +123,26 @@ def test_robot_frame_inputs_are_invariant_to_a_translation_and_world_frame_ones_
     targets_b = build_targets(sig, translated(s0, offset), translated(s1, offset), anchor_b)
     # A relative target is invariant in any frame (a difference of positions); an absolute one in the robot's only.
     assert torch.allclose(targets_a, targets_b, atol=1e-9) is (invariant or sig.prediction == "relative")
+
+
+def test_the_pendulums_robot_frame_turns_with_its_first_joint():
+    """The pendulum's anchor is its first moving link (the spec's robot frame of a fixed-base robot), so its frame
+    and the world differ by a rotation that follows joint 0, not by a constant: NeRD's gravity input is
+    (sin q0, 0, -cos q0), joint 0's angle as a direction, which the world frame (gravity constant, left out) lacks.
+    This is what the ablation's world-frame variant of the pendulum removes (studies/ablation/README.md)."""
+    env = make_env("PendulumWithContact", 4)
+    q0 = torch.tensor([0.0, 0.5, -2.0, 3.0])
+    states = torch.stack([q0, torch.full((4,), 0.3), torch.zeros(4), torch.zeros(4)], dim=1)
+    env.set_states(states)
+    robot = signature_of_env(env)
+    got, anchor = build_inputs(robot, env.get_states(), env.get_root_body_q(), torch.zeros(4, 2), env.get_contacts())
+    expected = torch.stack([q0.sin(), torch.zeros(4), -q0.cos()], dim=1)
+    torch.testing.assert_close(got["gravity_dir"], expected, atol=1e-5, rtol=0)
+    world, _ = build_inputs(replace(robot, **WORLD), env.get_states(), env.get_root_body_q(), torch.zeros(4, 2),
+                            env.get_contacts())
+    assert "gravity_dir" not in world
+    # The joint coordinates themselves are frame-free: both frames see the same (wrapped) angles and rates.
+    torch.testing.assert_close(world["states"], got["states"])
 
 
 @pytest.mark.parametrize("sig", [ANT_LIKE, replace(ANT_LIKE, **WORLD), PENDULUM_LIKE, replace(PENDULUM_LIKE, **WORLD)],

@@ -116,3 +116,25 @@ def test_a_bad_spec_names_its_key(tmp_path, monkeypatch, capsys):
     assert code == 1 and "unknown variant" in "".join(error_lines(err))
     code, _, err = run(tmp_path, base, monkeypatch, capsys, "--cfg-overrides", "budget_minutes=-1")
     assert code == 1 and "budget_minutes" in "".join(error_lines(err)), err
+
+
+def test_wrap_split_scores_each_model_on_the_same_rollouts(tmp_path, monkeypatch, capsys):
+    """studies/ablation/wrap_split.py: the same model under two names gets the same numbers (every model sees the
+    same initial states and the same ground truth), the rollouts split into those that cross ±π and the others, and
+    a malformed --models pair is one error line."""
+    model = str(REPO / "pretrained_models/NeRD_models/PendulumWithContact/model.pt")
+    output = tmp_path / "split.json"
+    code, out, _ = run_script("studies/ablation/wrap_split.py", "--models", f"a={model}", f"b={model}",
+                              "--num-rollouts", "16", "--rollout-horizon", "30", "--output", str(output),
+                              monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 0, out
+    result = json.loads(output.read_text())
+    a, b = result["models"]["a"], result["models"]["b"]
+    assert a == b and a["all"] > 0
+    assert sum(result["rollouts_per_bin"]) == 16 and 0 <= result["rollouts_crossing"] <= 16
+    crossing = result["rollouts_crossing"]
+    parts = [(a["crossing"], crossing), (a["not_crossing"], 16 - crossing)]
+    assert sum(mean * n for mean, n in parts if n) == pytest.approx(16 * a["all"], rel=1e-6)
+    code, _, err = run_script("studies/ablation/wrap_split.py", "--models", model, "--output",
+                              str(tmp_path / "x.json"), monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 1 and error_lines(err) == [f"error: --models takes name=path pairs, got '{model}'"]
