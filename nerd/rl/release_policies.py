@@ -20,18 +20,19 @@ from nerd.paths import REPO_ROOT
 from nerd.rl.config import load_rl_config
 
 PAPER_GROUND_TRUTH: dict[str, dict[str, tuple[float, float | None] | None]] = {
-    "Ant": {"run": (2541.5, None), "spin": (2624.7, None), "spin_track": None},
+    "Ant": {"run": (2541.5, None), "spin": (2624.7, None), "spin_track": (1630.2, 203.1)},
     "Anymal": {"forward_walk": (1323.4, 60.5), "side_walk": (1360.2, 81.2)},
 }
-"""Ground-truth reward (mean, std or None) the paper reports for each published policy (Table 1; None: none
-given), by robot and task. The ANYmal numbers are the release's scrambled-mass-matrix ground truth (variant
-``release``)."""
+"""Ground-truth reward (mean, std or None) the paper reports for each published policy (Table 1 and, for
+spin_track, its appendix; None: none given), by robot and task. The ANYmal numbers are the release's
+scrambled-mass-matrix ground truth (variant ``release``)."""
 ANT_TASKS = tuple(PAPER_GROUND_TRUTH["Ant"])
 ROBOTS = tuple(PAPER_GROUND_TRUTH)
 
 
 def policy_path(release_dir: str | Path, task: str, robot: str = "Ant") -> Path:
-    """The published checkpoint of ``robot``'s task ``task`` under ``release_dir`` (``shared/release_policies``)."""
+    """The published checkpoint of ``robot``'s task ``task`` under ``release_dir``:
+    ``<release_dir>/<robot>/<task>/<robot>PPO.pth``."""
     return Path(release_dir) / robot / task / f"{robot}PPO.pth"
 
 

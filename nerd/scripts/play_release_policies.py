@@ -5,10 +5,10 @@ observation-mean shift against the checkpoint's running statistics) and writes t
 ``python eval/play_release_policies.py`` runs it.
 
 Example:
-    python eval/play_release_policies.py --num-games 2048 --num-envs 2048 \
+    python eval/play_release_policies.py --release-dir release_policies --num-games 2048 --num-envs 2048 \
         --output outputs/release_policies.json
-    python eval/play_release_policies.py --robot Anymal --robot-variant release --num-games 2048 \
-        --num-envs 2048 --output outputs/release_policies_anymal.json
+    python eval/play_release_policies.py --release-dir release_policies --robot Anymal --robot-variant release \
+        --num-games 2048 --num-envs 2048 --output outputs/release_policies_anymal.json
 """
 
 import json
@@ -24,19 +24,17 @@ from nerd.cli import (
 )
 from nerd.errors import UserError
 from nerd.modes import CONTACT_FRICTION
-from nerd.paths import REPO_ROOT
 from nerd.rl.release_policies import PAPER_GROUND_TRUTH, ROBOTS, format_report, play_release_policy, policy_path
 from nerd.run_dir import write_text_atomic
-
-DEFAULT_RELEASE_DIR = REPO_ROOT.parent / "shared" / "release_policies"
-"""``shared/release_policies`` in the repository's parent folder: the release's published policies, when present."""
 
 
 def main(argv: list[str] | None = None) -> None:
     """Parse ``argv`` (default: the command line) and run."""
     parser = make_parser(__doc__)
-    parser.add_argument("--release-dir", default=str(DEFAULT_RELEASE_DIR),
-                        help="folder of the published policies")
+    parser.add_argument("--release-dir", required=True,
+                        help="folder of the published policies, one checkpoint per task as "
+                             "<dir>/<Robot>/<task>/<Robot>PPO.pth (one seed per task, e.g. the NeRD release's "
+                             "pretrained_models/RL_policies/<Robot>/<task>/1/<Robot>PPO.pth)")
     parser.add_argument("--robot", choices=ROBOTS, default="Ant", help="robot whose policies to play")
     parser.add_argument("--tasks", nargs="+", default=None,
                         help="tasks to play (default: all of the robot's: " + "; ".join(
