@@ -105,7 +105,8 @@ def read_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> dic
         raise FileNotFoundError(f"checkpoint not found: {path}")
     try:
         payload = torch.load(path, map_location=device, weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as err:
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, IndexError, ValueError) as err:
+        # Another kind of file fails inside torch's readers in many ways (a text file: an IndexError).
         raise UserError(f"{path} is not a loadable nerd checkpoint ({first_line(err)})") from err
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise UserError(f"{path} is not a nerd checkpoint (expected format '{CHECKPOINT_FORMAT}')")

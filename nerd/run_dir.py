@@ -174,13 +174,22 @@ class ExclusiveLock:
         import fcntl
 
         self.path = Path(path)
-        self._fd: int | None = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o644)
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        while True:
+            self._fd: int | None = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o644)
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(self._fd)
+                self._fd = None
+                raise error(busy) from None
+            # The holder before us may have removed the file between our open and our lock (release unlinks it):
+            # then the lock is on a file no one else will open, so take the lock again on the path's file.
+            try:
+                if os.stat(self.path).st_ino == os.fstat(self._fd).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
             os.close(self._fd)
-            self._fd = None
-            raise error(busy) from None
 
     def release(self) -> None:
         """Remove the lock file and release the lock (idempotent)."""

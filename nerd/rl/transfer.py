@@ -28,6 +28,7 @@ the reward at each step of an episode in both simulators).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
@@ -39,15 +40,17 @@ from typing import Any, Literal
 import yaml
 
 from nerd.calibration import ensemble_calibration
+from nerd.checkpoint import read_checkpoint
 from nerd.config import ConfigError, check_range, load_config, to_dict
 from nerd.datasets.windows import dataset_files
 from nerd.errors import UserError
+from nerd.features import RobotSignature
 from nerd.modes import GROUND_TRUTH, NEURAL
 from nerd.rl.batch_eval import PolicyEvalConfig, batch_evaluate, format_markdown, write_table
 from nerd.rl.config import RLConfig, load_rl_config, with_num_envs
 from nerd.rl.policy_data import collect_policy_data
 from nerd.rl.train import interrupted_run_state, train_policy
-from nerd.run_dir import ExclusiveLock, clear_run_dir, write_run_record, write_text_atomic
+from nerd.run_dir import ExclusiveLock, new_run_dir, write_run_record, write_text_atomic
 from nerd.training import TrainConfig, train
 
 STATE_FILE = "loop.json"
@@ -186,6 +189,14 @@ def check_transfer_config(cfg: TransferConfig) -> tuple[RLConfig, TrainConfig | 
     for path in cfg.model_paths:
         if not Path(path).is_file():
             raise FileNotFoundError(f"NeRD model not found: {path}")
+        # A model of another robot (or a file that is no checkpoint) fails here, not when PPO starts.
+        payload = read_checkpoint(path)
+        try:
+            robot = RobotSignature.from_dict(payload["signature"]).env_name
+        except (KeyError, TypeError) as err:
+            raise UserError(f"{path}: damaged nerd checkpoint (no robot signature: {err})") from None
+        if robot != rl_cfg.env.robot:
+            raise UserError(f"nerd_model_path {path} is a model of {robot}, but the task is {rl_cfg.env.robot}'s")
     train_cfg = None
     if cfg.refine is not None:
         train_cfg = load_config(cfg.refine.train_cfg, TrainConfig, cfg.refine.train_overrides)
@@ -208,16 +219,33 @@ class _LoopState:
         self.path = logdir / STATE_FILE
         self.resized_from: int | None = None
         """The loop's earlier round count when this resume adds rounds or ends it sooner (None otherwise)."""
+        self.config_changed = False
+        """Whether this resume runs with other settings than the loop recorded (its config.yaml is rewritten)."""
         if self.path.is_file():
-            self.data = json.loads(self.path.read_text())
+            self.data = _read_state(self.path)
             self._record_epochs_of_old_rounds()
             # The evaluation settings may change on a resume (e.g. to evaluate every round of a finished loop
             # afterwards), and rounds may be added; neither changes a stage the loop has run.
-            old = _with_added_keys(self.data.get("config", {}))
+            old = _with_added_keys(self.data["config"])
             extending = config["rounds"] > old["rounds"]
-            if _fixed_settings(old, extending) != _fixed_settings(config, extending):
-                raise UserError(f"{logdir} holds a transfer loop of another config; resume it with its own "
-                                f"({logdir / 'config.yaml'}) or choose another --logdir")
+            differences = _differences(_fixed_settings(old, extending), _fixed_settings(config, extending))
+            if differences:
+                raise UserError(f"{logdir} holds a transfer loop of another config ({'; '.join(differences)}); "
+                                "resume it with the --cfg, --cfg-overrides and --seed it ran with (its config.yaml "
+                                "records them) or choose another --logdir")
+            changed_keys = [".".join(key) for key in EXTENSION_KEYS if _get(old, key) != _get(config, key)]
+            if extending and changed_keys and "final" not in self.data:
+                # An interrupted stage (a PPO round, a fine-tune) would continue with settings it did not start
+                # with, or be thrown away: an unfinished loop first finishes (or ends sooner), then extends.
+                raise UserError(f"{logdir} holds a loop that has not finished; it resumes with its own "
+                                f"{', '.join(changed_keys)} (finish it, or end it sooner with fewer rounds, then "
+                                "extend it with new settings)")
+            if _evaluation_settings(old) != _evaluation_settings(config):
+                # Every evaluation the loop made was of the old settings: made again with the new ones.
+                self.data.pop("final", None)
+                for record in self.data["rounds"]:
+                    record.pop("eval", None)
+            self.config_changed = _with_added_keys(config) != old
             if config["rounds"] < old["rounds"]:
                 # A loop still running may end sooner (and be extended again later): every stage it has run
                 # stays a stage of the shorter loop.
@@ -274,6 +302,36 @@ class _LoopState:
         write_text_atomic(self.path, json.dumps(self.data, indent=2))
 
 
+def _read_state(path: Path) -> dict[str, Any]:
+    """A loop's ``loop.json``, checked for the parts a resume reads."""
+    try:
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict) or not isinstance(data.get("config"), dict) \
+                or not isinstance(data.get("rounds"), list) or not all(isinstance(r, dict) for r in data["rounds"]):
+            raise ValueError("not a transfer loop's record: no config and rounds")
+        if not isinstance(data["config"].get("rounds"), int):
+            raise ValueError("its config has no round count")
+    except (OSError, ValueError) as err:  # json's decode error is a ValueError
+        raise UserError(f"{path} is damaged ({err}); the loop cannot resume from it (restore it, or start again "
+                        "with --overwrite)") from None
+    return data
+
+
+def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """``key: old -> new`` for every setting that differs between two nested configs."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        found = []
+        for key in sorted(set(old) | set(new), key=str):
+            found += _differences(old.get(key), new.get(key), f"{prefix}.{key}" if prefix else str(key))
+        return found
+    return [] if old == new else [f"{prefix}: {old!r} -> {new!r}"]
+
+
+def _evaluation_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """What an evaluation's numbers depend on: the evaluation section without ``every_round``."""
+    return {k: v for k, v in (config.get("evaluation") or {}).items() if k != "every_round"}
+
+
 def _with_added_keys(config: dict[str, Any]) -> dict[str, Any]:
     """A recorded config with the :data:`ADDED_KEYS` it lacks, at the values loops ran with before they existed."""
     config = copy.deepcopy(config)
@@ -323,73 +381,96 @@ def run_transfer_loop(cfg: TransferConfig, logdir: str | Path, device: str = "cp
         raise UserError("--resume continues the loop in --logdir, --overwrite replaces it: pick one")
     rl_cfg, train_cfg = check_transfer_config(cfg)
     logdir = Path(logdir)
+    if resume and not (logdir / STATE_FILE).is_file():
+        raise UserError(f"nothing to resume: {logdir} holds no transfer loop ({STATE_FILE})")
+    created = not logdir.exists()
     logdir.mkdir(parents=True, exist_ok=True)
     lock = ExclusiveLock(logdir / "loop.lock", f"another process is running the transfer loop in {logdir}")
+    failed_start = False
     try:
-        if (logdir / STATE_FILE).is_file() and not resume:
-            if not overwrite:
-                raise UserError(f"{logdir} holds a transfer loop; --resume continues it, --overwrite replaces it")
-            clear_run_dir(logdir, LOOP_DIR_ENTRIES + tuple(p.name for p in logdir.glob("round_*"))
-                          + tuple(p.name for p in logdir.glob("eval_rounds*")))
-        elif resume and not (logdir / STATE_FILE).is_file():
-            raise UserError(f"nothing to resume: {logdir} holds no transfer loop ({STATE_FILE})")
-        resolved = {**to_dict(cfg), "seed": seed}
-        state = _LoopState(logdir, resolved)
-        if state.resized_from is not None:
-            # A finished loop's final evaluation, kept beside (a loop ended sooner is unfinished: it has none).
-            for suffix in ("json", "md", "png"):
-                earlier = logdir / f"eval.{suffix}"
-                if earlier.is_file():
-                    earlier.replace(logdir / f"eval_rounds{state.resized_from}.{suffix}")
-        # Written before the first stage, so that a loop killed in its first round can be resumed.
-        state.save()
-        if not (logdir / "config.yaml").is_file() or state.resized_from is not None:
-            write_run_record(logdir, resolved)
-        models = cfg.model_paths
-        policy: str | None = None
-        for k in range(cfg.rounds):
-            record = state.round(k)
-            round_dir = logdir / f"round_{k}"
-            policy = _ppo_round(cfg, rl_cfg, models, policy, k, round_dir, record, state, device, seed, progress)
-            if cfg.evaluation.every_round and "eval" not in record:
-                table = _evaluate(cfg, [policy], models, device, progress)
-                write_table(table, round_dir / "eval.json")
-                record["eval"] = _table_cells(table)
-                state.save()
-            if cfg.refine is not None and k < cfg.rounds - 1:
-                data = _collect(cfg, rl_cfg, policy, k, round_dir, record, state, device, seed, progress)
-                if "model_error" not in record:
-                    # The models' one-step error (and an ensemble's disagreement against it) on the policy's fresh
-                    # ground-truth data, which they have not been trained on.
-                    record["model_error"] = ensemble_calibration(models, data["train"], device=device)
-                    state.save()
-                models = _refine(cfg, train_cfg, models, data, k, round_dir, record, state, device, seed, progress)
-                if "valid" in data and "refined_model_error_valid" not in record:
-                    # Before and after the fine-tune, on the round's held-out part (neither model trained on it).
-                    record["model_error_valid"] = ensemble_calibration(record["nerd_models"], data["valid"],
-                                                                       device=device)
-                    record["refined_model_error_valid"] = ensemble_calibration(models, data["valid"], device=device)
-                    state.save()
-        final = state.data.setdefault("final", {})
-        if "eval" not in final:
-            last_eval = logdir / f"round_{cfg.rounds - 1}" / "eval.json"
-            if "eval" in state.round(cfg.rounds - 1) and last_eval.is_file():
-                # Every round was evaluated: the last round's table is the final policy in the final models.
-                table = json.loads(last_eval.read_text())
-            else:
-                table = _evaluate(cfg, [policy], models, device, progress)
-            table["loop"] = loop_cost(state.data)
-            write_table(table, logdir / "eval.json")
-            final.update(eval=_table_cells(table), policy=policy, nerd_models=models)
-            state.save()
+        if resume:
+            start = contextlib.nullcontext()
         else:
-            table = json.loads((logdir / "eval.json").read_text())
-        if progress:
-            print(format_markdown(table), flush=True)
-            print(format_cost(table["loop"]), flush=True)
-        return table
+            if (logdir / STATE_FILE).is_file() and not overwrite:
+                raise UserError(f"{logdir} holds a transfer loop; --resume continues it, --overwrite replaces it")
+            found = [name for name in LOOP_DIR_ENTRIES if (logdir / name).exists()]
+            if found and not overwrite:
+                raise UserError(f"{logdir} holds another run's files ({', '.join(found)}); choose another "
+                                "--logdir or pass --overwrite")
+            entries = sorted({*LOOP_DIR_ENTRIES, "round_0", *(p.name for p in logdir.glob("round_*")),
+                              *(p.name for p in logdir.glob("eval_rounds*"))})
+            # A previous loop is set aside until the new one has written round 0's first PPO checkpoint, and put
+            # back if the new one fails before (a failed start leaves nothing of its own).
+            start = new_run_dir(logdir, entries, overwrite=True, checkpoints="round_0/ppo/nn/*.pth")
+        with start:
+            return _run_loop(cfg, rl_cfg, train_cfg, logdir, device, seed, resume, progress)
+    except BaseException:
+        failed_start = created and {p.name for p in logdir.iterdir()} <= {"loop.lock"}
+        raise
     finally:
         lock.release()
+        if failed_start:
+            shutil.rmtree(logdir, ignore_errors=True)
+
+
+def _run_loop(cfg: TransferConfig, rl_cfg: RLConfig, train_cfg: TrainConfig | None, logdir: Path, device: str,
+              seed: int, resume: bool, progress: bool) -> dict[str, Any]:
+    """The loop's stages in ``logdir``, which holds this process's lock (see :func:`run_transfer_loop`)."""
+    resolved = {**to_dict(cfg), "seed": seed}
+    state = _LoopState(logdir, resolved)
+    if state.resized_from is not None:
+        # A finished loop's final evaluation, kept beside (a loop ended sooner is unfinished: it has none).
+        for suffix in ("json", "md", "png"):
+            earlier = logdir / f"eval.{suffix}"
+            if earlier.is_file():
+                earlier.replace(logdir / f"eval_rounds{state.resized_from}.{suffix}")
+    # Written before the first stage, so that a loop killed in its first round can be resumed.
+    state.save()
+    if not resume or state.resized_from is not None or state.config_changed:
+        write_run_record(logdir, resolved)
+    models = cfg.model_paths
+    policy: str | None = None
+    for k in range(cfg.rounds):
+        record = state.round(k)
+        round_dir = logdir / f"round_{k}"
+        policy = _ppo_round(cfg, rl_cfg, models, policy, k, round_dir, record, state, device, seed, progress)
+        if cfg.evaluation.every_round and "eval" not in record:
+            table = _evaluate(cfg, [policy], models, device, progress)
+            write_table(table, round_dir / "eval.json")
+            record["eval"] = _table_cells(table)
+            state.save()
+        if cfg.refine is not None and k < cfg.rounds - 1:
+            data = _collect(cfg, rl_cfg, policy, k, round_dir, record, state, device, seed, progress)
+            if "model_error" not in record:
+                # The models' one-step error (and an ensemble's disagreement against it) on the policy's fresh
+                # ground-truth data, which they have not been trained on.
+                record["model_error"] = ensemble_calibration(models, data["train"], device=device)
+                state.save()
+            models = _refine(cfg, train_cfg, models, data, k, round_dir, record, state, device, seed, progress)
+            if "valid" in data and "refined_model_error_valid" not in record:
+                # Before and after the fine-tune, on the round's held-out part (neither model trained on it).
+                record["model_error_valid"] = ensemble_calibration(record["nerd_models"], data["valid"],
+                                                                   device=device)
+                record["refined_model_error_valid"] = ensemble_calibration(models, data["valid"], device=device)
+                state.save()
+    final = state.data.setdefault("final", {})
+    if "eval" not in final:
+        last_eval = logdir / f"round_{cfg.rounds - 1}" / "eval.json"
+        if "eval" in state.round(cfg.rounds - 1) and last_eval.is_file():
+            # Every round was evaluated: the last round's table is the final policy in the final models.
+            table = json.loads(last_eval.read_text())
+        else:
+            table = _evaluate(cfg, [policy], models, device, progress)
+        table["loop"] = loop_cost(state.data)
+        write_table(table, logdir / "eval.json")
+        final.update(eval=_table_cells(table), policy=policy, nerd_models=models)
+        state.save()
+    else:
+        table = json.loads((logdir / "eval.json").read_text())
+    if progress:
+        print(format_markdown(table), flush=True)
+        print(format_cost(table["loop"]), flush=True)
+    return table
 
 
 def _ppo_round(cfg: TransferConfig, rl_cfg: RLConfig, models: list[str], previous: str | None, k: int,

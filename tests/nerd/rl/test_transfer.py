@@ -267,22 +267,23 @@ def test_transfer_loop_refines_the_models_resumes_and_reports_its_cost(tiny, tmp
     assert json.loads((tmp_path / "loop/loop.json").read_text())["rounds"][0]["refined_models"] == refined
 
 
+def killed(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
 def test_faithful_loop_trains_in_one_model_and_checks_its_inputs(tiny, tmp_path, monkeypatch):
     """Without refine the loop is plain PPO in the starting model; bad inputs fail before anything runs; a loop
-    killed in its first PPO round resumes."""
+    killed before its first PPO checkpoint leaves nothing, so the same command starts it again."""
     _, (a, _), _ = tiny
     cfg = loop_config(tmp_path, a, refine=None)
-
-    def killed(*args, **kwargs):
-        raise KeyboardInterrupt
-
     with monkeypatch.context() as patch:
         patch.setattr(transfer, "train_policy", killed)
         with pytest.raises(KeyboardInterrupt):
             run_transfer_loop(cfg, tmp_path / "faithful", progress=False)
+    assert not (tmp_path / "faithful").exists()
+    run_transfer_loop(cfg, tmp_path / "faithful", progress=False)
     with pytest.raises(UserError, match="--resume continues it"):
         run_transfer_loop(cfg, tmp_path / "faithful", progress=False)
-    run_transfer_loop(cfg, tmp_path / "faithful", resume=True, progress=False)
     state = json.loads((tmp_path / "faithful/loop.json").read_text())
     assert [r["nerd_models"] for r in state["rounds"]] == [[a], [a]]
     assert state["final"]["eval"]["ground_truth"] is not None
@@ -295,6 +296,62 @@ def test_faithful_loop_trains_in_one_model_and_checks_its_inputs(tiny, tmp_path,
     with pytest.raises(DatasetError, match="no_parts holds no .hdf5"):
         run_transfer_loop(loop_config(tmp_path, a, refine=refine), tmp_path / "x", progress=False)
     assert not (tmp_path / "x" / "loop.json").exists()
+
+
+def test_resumes_and_starts_that_cannot_be_honoured_are_one_error_and_lose_nothing(tiny, tmp_path, monkeypatch):
+    """What a loop directory refuses, and what it keeps: a resume of nothing creates nothing; a model of another robot
+    or a file that is no checkpoint fails before anything runs; a resume of another config names what differs; new
+    evaluation settings evaluate again (and are recorded); an unfinished loop does not extend with new settings; an
+    --overwrite that fails before its first checkpoint gives the old loop back; a damaged loop.json and another
+    run's directory are one error each."""
+    _, (a, _), _ = tiny
+    cfg = loop_config(tmp_path, [a], rounds=1, refine=None)
+    loop = tmp_path / "loop"
+    with pytest.raises(UserError, match="nothing to resume"):
+        run_transfer_loop(cfg, loop, resume=True, progress=False)
+    assert not loop.exists()
+    ant = str(REPO / "pretrained_models/NeRD_models/Ant/model.pt")
+    with pytest.raises(UserError, match="is a model of Ant, but the task is Cartpole's"):
+        run_transfer_loop(loop_config(tmp_path, [ant], rounds=1, refine=None), loop, progress=False)
+    (tmp_path / "notes.yaml").write_text("a: 1\n")
+    with pytest.raises(UserError, match="is not a loadable nerd checkpoint"):
+        run_transfer_loop(loop_config(tmp_path, [str(tmp_path / "notes.yaml")], rounds=1, refine=None), loop,
+                          progress=False)
+    assert not loop.exists()
+
+    run_transfer_loop(cfg, loop, progress=False)
+    with pytest.raises(UserError, match=r"another config \(epochs_per_round: 1 -> 2; seed: 0 -> 3\)"):
+        run_transfer_loop(loop_config(tmp_path, [a], rounds=1, refine=None, epochs_per_round=2), loop, seed=3,
+                          resume=True, progress=False)
+    more_games = loop_config(tmp_path, [a], rounds=1, refine=None, evaluation={"num_games": 6, "num_envs": 6})
+    table = run_transfer_loop(more_games, loop, resume=True, progress=False)
+    assert table["rows"][-1][GROUND_TRUTH]["num_games"] == 6
+    assert json.loads((loop / "eval.json").read_text())["rows"][-1][GROUND_TRUTH]["num_games"] == 6
+    assert yaml.safe_load((loop / "config.yaml").read_text())["evaluation"]["num_games"] == 6
+
+    state = json.loads((loop / "loop.json").read_text())
+    unfinished = {k: v for k, v in state.items() if k != "final"}
+    (loop / "loop.json").write_text(json.dumps(unfinished))
+    with pytest.raises(UserError, match="has not finished; it resumes with its own epochs_per_round"):
+        run_transfer_loop(loop_config(tmp_path, [a], rounds=2, refine=None, epochs_per_round=2), loop, resume=True,
+                          progress=False)
+    (loop / "loop.json").write_text(json.dumps(state))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(transfer, "train_policy", killed)
+        with pytest.raises(KeyboardInterrupt):
+            run_transfer_loop(cfg, loop, overwrite=True, progress=False)
+    assert json.loads((loop / "loop.json").read_text()) == state and (loop / "round_0/ppo/nn/last.pth").is_file()
+    assert not (loop / ".previous_run").exists()
+
+    (loop / "loop.json").write_text("{")
+    with pytest.raises(UserError, match="loop.json is damaged"):
+        run_transfer_loop(cfg, loop, resume=True, progress=False)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.yaml").write_text("x: 1\n")
+    with pytest.raises(UserError, match=r"holds another run's files \(config.yaml\)"):
+        run_transfer_loop(cfg, other, progress=False)
 
 
 def test_a_continued_run_keeps_the_adaptive_learning_rate(tiny, tmp_path):
