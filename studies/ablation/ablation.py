@@ -34,8 +34,9 @@ from typing import Any
 import torch
 import yaml
 
+from nerd.checkpoint import read_checkpoint
 from nerd.cli import run_main
-from nerd.config import ConfigError, from_dict, load_config, to_dict
+from nerd.config import ConfigError, check_range, from_dict, load_config, to_dict
 from nerd.errors import UserError
 from nerd.run_dir import write_text_atomic
 from nerd.training import RUN_CHECKPOINT, TrainConfig, train
@@ -83,6 +84,12 @@ class PendulumCase:
     metrics: list[str] = field(default_factory=lambda: ["base_orientation_error", "joint_position_error"])
     """The joint-angle metrics averaged into the case's error (the pendulum's two joints)."""
 
+    def __post_init__(self) -> None:
+        for key in ("rollouts", "num_envs", "horizon"):
+            check_range(key, getattr(self, key), 1)
+        if not self.metrics:
+            raise ConfigError("config key 'metrics': name at least one metric")
+
 
 @dataclass
 class AntPolicy:
@@ -117,6 +124,12 @@ class AntCase:
     episode_length: int | None = None
     """Steps before a time-out; None keeps the RL config's (set it small for quick checks)."""
 
+    def __post_init__(self) -> None:
+        for key in ("num_games", "num_envs", "episode_length"):
+            check_range(key, getattr(self, key), 1)
+        if not self.policies:
+            raise ConfigError("config key 'policies': name at least one policy")
+
 
 @dataclass
 class AblationSpec:
@@ -142,6 +155,11 @@ class AblationSpec:
     """Variant -> the paper's ratios [pendulum, ant] (None where the paper gives none)."""
 
     def __post_init__(self) -> None:
+        check_range("budget_minutes", self.budget_minutes, 0, low_open=True)
+        check_range("threads", self.threads, 1)
+        unknown = [name for name in self.paper if name not in self.variants]
+        if unknown:
+            raise ConfigError(f"config key 'paper': {', '.join(unknown)} is not among the variants")
         if self.reference not in self.variants:
             raise ConfigError(f"config key 'reference': '{self.reference}' is not among the variants")
         if self.pendulum is None and self.ant is None:
@@ -179,8 +197,27 @@ def _checkpoint(run: Path) -> Path:
     return best if best.is_file() else run / RUN_CHECKPOINT
 
 
-# The parts of a run's config that make it the variant it is; the schedule may differ (a resumed budget).
-_IDENTITY_KEYS = ("env_name", "model", "history_length", "dataset")
+# The parts of a run's config that make it the variant it is at the study's budget (a run trained for another
+# budget is another result: its schedule and its training differ).
+_IDENTITY_KEYS = ("env_name", "model", "history_length", "dataset", "time_budget_minutes")
+
+
+def _other_training(spec: AblationSpec, case_name: str, variant: str, run: Path) -> str | None:
+    """Why the run in ``run`` is not the spec's ``variant`` of ``case_name`` (None if it is, or if it has recorded
+    nothing yet): another setting of :data:`_IDENTITY_KEYS`, or another seed."""
+    recorded = run / "config.yaml"
+    if not recorded.is_file():
+        return None
+    old = _recorded_config(yaml.safe_load(recorded.read_text()) or {})
+    new = to_dict(variant_config(spec, spec.case(case_name), variant))
+    changed = [k for k in _IDENTITY_KEYS if old.get(k) != yaml.safe_load(yaml.safe_dump(new.get(k)))]
+    if changed:
+        return f"another {', '.join(changed)}"
+    if (run / RUN_CHECKPOINT).is_file():
+        seed = (read_checkpoint(run / RUN_CHECKPOINT).get("extra") or {}).get("seed")
+        if seed is not None and seed != spec.seed:
+            return f"another seed ({seed}; the spec's: {spec.seed})"
+    return None
 
 
 def _recorded_config(raw: dict[str, Any]) -> dict[str, Any]:
@@ -200,14 +237,10 @@ def train_variant(spec: AblationSpec, case_name: str, variant: str, run: Path, d
     """
     case = spec.case(case_name)
     cfg = variant_config(spec, case, variant)
-    recorded = run / "config.yaml"
-    if recorded.is_file():
-        old = _recorded_config(yaml.safe_load(recorded.read_text()) or {})
-        new = to_dict(cfg)
-        changed = [k for k in _IDENTITY_KEYS if old.get(k) != yaml.safe_load(yaml.safe_dump(new.get(k)))]
-        if changed:
-            raise UserError(f"{run} holds a {case_name}/{variant} run with another {', '.join(changed)} than the spec "
-                            "asks for; delete that folder or use another --logdir")
+    reason = _other_training(spec, case_name, variant, run)
+    if reason is not None:
+        raise UserError(f"{run} holds a {case_name}/{variant} run with {reason} than the spec asks for; delete that "
+                        "folder or use another --logdir")
     if (run / "summary.yaml").is_file():
         say(f"{case_name}/{variant}: trained ({run / 'summary.yaml'}), not trained again")
         return _checkpoint(run)
@@ -284,6 +317,33 @@ def evaluate_ant(case: AntCase, checkpoint: Path, ground_truth: list[dict[str, A
             "checkpoint": str(checkpoint)}
 
 
+def eval_settings(case: PendulumCase | AntCase) -> dict[str, Any]:
+    """What a case's evaluation depends on besides the model (recorded in each ``ablation_eval.json``)."""
+    if isinstance(case, PendulumCase):
+        keys = ("env_name", "contact_config", "initial_states", "rollouts", "num_envs", "horizon", "seed", "metrics")
+    else:
+        keys = ("env_name", "policies", "num_games", "num_envs", "seed", "episode_length")
+    return {key: yaml.safe_load(yaml.safe_dump(to_dict(case)[key])) for key in keys}
+
+
+def _stale_reason(case: PendulumCase | AntCase, stored: dict[str, Any],
+                  ground_truth: list[dict[str, Any]] | None) -> str | None:
+    """Why a stored evaluation is not one of the spec's (None if it is). Files written before the settings were
+    recorded are compared on what they hold: the rollouts and horizon, or the Ant's episodes and ground truth."""
+    if "settings" in stored:
+        changed = [key for key, value in eval_settings(case).items() if stored["settings"].get(key) != value]
+        if changed:
+            return f"other {', '.join(changed)}"
+    elif isinstance(case, PendulumCase):
+        if (stored.get("num_rollouts"), stored.get("horizon")) != (case.rollouts, case.horizon):
+            return "other rollouts or horizon"
+    elif any(r.get("num_games") != case.num_games for r in stored.get("rewards", [])):
+        return "other num_games"
+    if ground_truth is not None and stored.get("ground_truth") != ground_truth:
+        return "another ground-truth evaluation"
+    return None
+
+
 def run_case(spec: AblationSpec, case_name: str, variants: list[str], logdir: Path, device: str, progress: bool
              ) -> dict[str, dict[str, Any]]:
     """Train and evaluate ``variants`` in one case (each step skipped where it is done); their evaluations."""
@@ -295,19 +355,24 @@ def run_case(spec: AblationSpec, case_name: str, variants: list[str], logdir: Pa
         say(f"[{index + 1}/{len(variants)}] {case_name}/{variant}")
         checkpoint = train_variant(spec, case_name, variant, run, device, progress)
         path = run / EVAL_FILE
+        if case_name == "ant":
+            ground_truth = ground_truth or ground_truth_rewards(case, logdir, device, progress)
         if path.is_file():
-            say(f"{case_name}/{variant}: evaluated ({path}), not rerun")
-            results[variant] = json.loads(path.read_text())
-            continue
+            reason = _stale_reason(case, json.loads(path.read_text()), ground_truth)
+            if reason is None:
+                say(f"{case_name}/{variant}: evaluated ({path}), not rerun")
+                results[variant] = json.loads(path.read_text())
+                continue
+            say(f"{case_name}/{variant}: evaluated with {reason} than the spec's; evaluating again")
         torch.set_num_threads(spec.threads)
         if case_name == "pendulum":
             say(f"{case_name}/{variant}: {case.rollouts} rollouts x {case.horizon} steps")
             result = evaluate_pendulum(case, checkpoint, device, progress)
         else:
-            ground_truth = ground_truth or ground_truth_rewards(case, logdir, device, progress)
             say(f"{case_name}/{variant}: {len(case.policies)} policies x {case.num_games} episodes")
             result = evaluate_ant(case, checkpoint, ground_truth, device, progress)
         result["overrides"] = spec.variants[variant]
+        result["settings"] = eval_settings(case)
         write_text_atomic(path, json.dumps(result, indent=2))
         say(f"{case_name}/{variant}: error {result['error']:.5g}")
         results[variant] = result
@@ -390,13 +455,29 @@ def run_study(spec: AblationSpec, logdir: str | Path, variants: list[str] | None
     chosen = [c for c in (cases or CASES) if spec.case(c) is not None]
     if not chosen:
         raise UserError(f"none of the cases {cases} is in the spec")
+    for case_name in chosen:
+        for variant in names:
+            variant_config(spec, spec.case(case_name), variant)  # a mistake fails now, not after hours of training
     results = {case_name: run_case(spec, case_name, names, logdir, device, progress) for case_name in chosen}
-    # Evaluations of other variants or cases finished earlier (another --only) belong in the table too.
+    # Evaluations of other variants or cases finished earlier (another --only) belong in the table too, when they
+    # are of this spec: the same training (config, budget, seed) and the same evaluation settings.
     for case_name in CASES:
+        case = spec.case(case_name)
+        if case is None:
+            continue
+        truth = logdir / "ant" / "ground_truth.json"
+        ground_truth = json.loads(truth.read_text())["rewards"] if case_name == "ant" and truth.is_file() else None
         for variant in spec.variants:
             path = logdir / case_name / variant / EVAL_FILE
-            if path.is_file():
-                results.setdefault(case_name, {}).setdefault(variant, json.loads(path.read_text()))
+            if not path.is_file() or variant in results.get(case_name, {}):
+                continue
+            stored = json.loads(path.read_text())
+            reason = _stale_reason(case, stored, ground_truth) or _other_training(spec, case_name, variant,
+                                                                                   path.parent)
+            if reason is None:
+                results.setdefault(case_name, {})[variant] = stored
+            else:
+                say(f"{case_name}/{variant}: left out of the table ({reason} than the spec's)")
     table = ratios(spec, results)
     record = {"spec": to_dict(spec), "ratios": table, "results": results}
     logdir.mkdir(parents=True, exist_ok=True)

@@ -85,7 +85,8 @@ def test_the_study_runs_end_to_end_and_resumes(data, tmp_path, monkeypatch, caps
     code, out, err = run(tmp_path, spec(data), monkeypatch, capsys)
     torch.set_num_threads(torch_threads)
     assert code == 0, error_lines(err) or err[-3000:]
-    assert out.count("not trained again") == 6 and out.count("not rerun") == 6
+    # Six evaluations and the Ant's ground truth (read to check that the evaluations are of it).
+    assert out.count("not trained again") == 6 and out.count("not rerun") == 7
     assert {p: p.stat().st_mtime_ns for p in runs.rglob("*.pt")} == stamps
 
     # A run recorded before an option existed (a key missing from its config.yaml) reads as the option's default.
@@ -102,6 +103,21 @@ def test_the_study_runs_end_to_end_and_resumes(data, tmp_path, monkeypatch, caps
     changed["variants"]["absolute"] = ["model.prediction=absolute", "history_length=2"]
     code, _, err = run(tmp_path, changed, monkeypatch, capsys, "--only", "absolute", "--cases", "pendulum")
     assert code == 1 and "history_length" in "".join(error_lines(err))
+    # Nor are runs of another budget or seed: the same directory is refused, not relabelled.
+    for override, expected in (("budget_minutes=0.02", "another time_budget_minutes"),
+                               ("seed=7", "another seed (0; the spec's: 7)")):
+        code, _, err = run(tmp_path, spec(data), monkeypatch, capsys, "--cases", "pendulum", "--cfg-overrides",
+                           override)
+        assert code == 1 and expected in "".join(error_lines(err)), err
+    # Evaluations of other settings are made again, and the table holds only evaluations of the spec's settings.
+    longer = spec(data)
+    longer["pendulum"]["horizon"] = 6
+    code, out, err = run(tmp_path, longer, monkeypatch, capsys, "--only", "e2e", "--cases", "pendulum")
+    torch.set_num_threads(torch_threads)
+    assert code == 0 and "pendulum/e2e: evaluated with other horizon than the spec's" in out, err[-3000:]
+    assert "pendulum/absolute: left out of the table (other horizon" in out
+    record = json.loads((runs / "ablation.json").read_text())
+    assert record["results"]["pendulum"]["e2e"]["horizon"] == 6 and "absolute" not in record["results"]["pendulum"]
 
 
 def test_a_bad_spec_names_its_key(tmp_path, monkeypatch, capsys):
@@ -116,6 +132,14 @@ def test_a_bad_spec_names_its_key(tmp_path, monkeypatch, capsys):
     assert code == 1 and "unknown variant" in "".join(error_lines(err))
     code, _, err = run(tmp_path, base, monkeypatch, capsys, "--cfg-overrides", "budget_minutes=-1")
     assert code == 1 and "budget_minutes" in "".join(error_lines(err)), err
+    for bad, expected in (({**base, "threads": 0}, "'threads'"), ({**base, "paper": {"mlp": [1.0, 1.0]}}, "'paper'"),
+                          ({**base, "pendulum": {**base["pendulum"], "rollouts": 0}}, "'pendulum.rollouts'")):
+        code, _, err = run(tmp_path, bad, monkeypatch, capsys)
+        assert code == 1 and expected in "".join(error_lines(err)), err
+    # A variant's mistake fails before any variant trains (the data does not exist either: checked later).
+    typo = {**base, "variants": {"nerd": [], "gru": ["model.typ=gru"]}}
+    code, _, err = run(tmp_path, typo, monkeypatch, capsys)
+    assert code == 1 and "model.typ" in "".join(error_lines(err)) and not (tmp_path / "runs").exists(), err
 
 
 def test_wrap_split_scores_each_model_on_the_same_rollouts(tmp_path, monkeypatch, capsys):
