@@ -244,43 +244,56 @@ class Terminated(KeyboardInterrupt):
     """Raised in the main thread on SIGTERM."""
 
 
-def _raise_terminated(signum: int, frame) -> None:
+_STOP_SIGNAL: list[int] = []
+"""The signal (SIGTERM or SIGINT) that asked this process to stop, once one has."""
+
+
+def _raise_stop(signum: int, frame) -> None:
     # An exception raised while a finalizer (__del__) or a C callback runs is printed and swallowed by Python, and
     # the run would go on. So re-deliver every second until it propagates; not while it is already being handled
     # (clean-up code in an ``except`` block must not be interrupted by a second one).
-    if isinstance(sys.exc_info()[1], Terminated):
+    if isinstance(sys.exc_info()[1], KeyboardInterrupt):
         return
-    signal.signal(signal.SIGALRM, _raise_terminated)
-    signal.setitimer(signal.ITIMER_REAL, 1.0, 1.0)
-    raise Terminated()
+    if not _STOP_SIGNAL:
+        _STOP_SIGNAL.append(signum)
+        signal.signal(signal.SIGALRM, _raise_stop)
+        signal.setitimer(signal.ITIMER_REAL, 1.0, 1.0)
+    raise Terminated() if _STOP_SIGNAL[0] == signal.SIGTERM else KeyboardInterrupt()
 
 
-def _quiet_swallowed_termination(unraisable) -> None:
-    # A Terminated swallowed in a finalizer is re-delivered (see _raise_terminated): no traceback for it.
-    if not isinstance(unraisable.exc_value, Terminated):
+def _quiet_swallowed_stop(unraisable) -> None:
+    # A stop swallowed in a finalizer is re-delivered (see _raise_stop): no traceback for it.
+    if not isinstance(unraisable.exc_value, KeyboardInterrupt):
         sys.__unraisablehook__(unraisable)
 
 
 def run_main(main: Callable[[], None]) -> None:
-    """Run an entry point: user errors become one line on stderr and exit code 1; Ctrl-C exits 130.
+    """Run an entry point: user errors become one line on stderr and exit code 1; Ctrl-C exits 130, SIGTERM 143.
 
     Imports nothing itself: ``main`` parses its arguments first and calls :func:`quiet_warp` before the engine runs.
     """
-    # SIGTERM (kill, a scheduler's time-out) unwinds like Ctrl-C, so partial outputs are cleaned up the same way.
-    signal.signal(signal.SIGTERM, _raise_terminated)
-    sys.unraisablehook = _quiet_swallowed_termination
+    # SIGTERM (kill, a scheduler's time-out) unwinds like Ctrl-C, so partial outputs are cleaned up the same way;
+    # both are re-delivered until they reach this function, and whatever a library raises while the process
+    # unwinds from one of them (a half-drawn figure's error) still ends it as that stop.
+    _STOP_SIGNAL.clear()
+    previous = {signum: signal.signal(signum, _raise_stop) for signum in (signal.SIGTERM, signal.SIGINT)}
+    sys.unraisablehook = _quiet_swallowed_stop
     try:
         main()
-    except Terminated:
+    except BaseException as err:
+        if _STOP_SIGNAL or isinstance(err, KeyboardInterrupt):
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            terminated = (_STOP_SIGNAL[0] if _STOP_SIGNAL else None) == signal.SIGTERM
+            print("terminated" if terminated else "interrupted", file=sys.stderr)
+            sys.exit(143 if terminated else 130)
+        if isinstance(err, USER_ERRORS):
+            print(f"error: {first_line(err)}", file=sys.stderr)
+            sys.exit(1)
+        raise
+    finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        print("terminated", file=sys.stderr)
-        sys.exit(143)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        sys.exit(130)
-    except USER_ERRORS as err:
-        print(f"error: {first_line(err)}", file=sys.stderr)
-        sys.exit(1)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 __all__ = ["VIEWER_KINDS", "HelpFormatter", "add_common_args", "add_control_mode_arg", "add_mass_matrix_refresh_arg",

@@ -124,6 +124,41 @@ def test_sigterm_during_generation_leaves_no_partial_file(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_stop_swallowed_by_a_finalizer_or_turned_into_another_error_still_stops(capsys):
+    """Python prints and drops an exception raised in a finalizer: a Ctrl-C (or SIGTERM) that lands there is
+    delivered again until it stops the command (exit 130; the run must not go on to exit 0). And an error a library
+    raises while the process unwinds from a stop (a half-drawn figure's ValueError) still ends it as that stop (143)."""
+    from nerd.cli import run_main
+
+    class Finalized:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)  # its KeyboardInterrupt is raised, printed and dropped here
+
+    def swallowing():
+        Finalized()
+        time.sleep(5)  # delivered again within a second
+        print("went on")
+
+    started = time.monotonic()
+    with pytest.raises(SystemExit) as stop:
+        run_main(swallowing)
+    out, err = capsys.readouterr()
+    assert stop.value.code == 130 and "went on" not in out and "interrupted" in err
+    assert time.monotonic() - started < 4
+
+    def masked():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        except KeyboardInterrupt:
+            raise ValueError("Invalid bounding box") from None
+
+    with pytest.raises(SystemExit) as stop:
+        run_main(masked)
+    assert stop.value.code == 143 and "terminated" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # pytest's handler is back
+
+
 def test_train_command_refuses_before_touching_a_previous_run(tmp_path):
     """--device cuda without a GPU, the removed --checkpoint, or a run directory without --overwrite: one error
     before anything in the old run changes."""
