@@ -159,6 +159,31 @@ def test_a_stop_swallowed_by_a_finalizer_or_turned_into_another_error_still_stop
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # pytest's handler is back
 
 
+def test_a_lock_whose_file_its_holder_removed_meanwhile_is_taken_again(tmp_path, monkeypatch):
+    """A process that opened the lock file just before its holder released it (release removes the file) must not
+    lock the removed file, or a third process, creating a new one, would run beside it."""
+    import fcntl
+
+    from nerd.run_dir import ExclusiveLock
+
+    path = tmp_path / "run.lock"
+    holder = ExclusiveLock(path, "busy")
+    real_flock = fcntl.flock
+
+    def released_meanwhile(fd, operation):
+        if holder._fd is not None:
+            holder.release()  # between this process's open and its lock
+        return real_flock(fd, operation)
+
+    monkeypatch.setattr(fcntl, "flock", released_meanwhile)
+    second = ExclusiveLock(path, "busy")
+    monkeypatch.setattr(fcntl, "flock", real_flock)
+    assert path.exists()
+    with pytest.raises(UserError, match="busy"):
+        ExclusiveLock(path, "busy")
+    second.release()
+
+
 def test_train_command_refuses_before_touching_a_previous_run(tmp_path):
     """--device cuda without a GPU, the removed --checkpoint, or a run directory without --overwrite: one error
     before anything in the old run changes."""
