@@ -223,6 +223,11 @@ class _LoopState:
         """Whether this resume runs with other settings than the loop recorded (its config.yaml is rewritten)."""
         if self.path.is_file():
             self.data = _read_state(self.path)
+            recorded = self.data.get("logdir") or _recorded_logdir(self.data)
+            if recorded is not None and recorded != str(logdir):
+                # A copied or moved loop: its records name the files of the directory it ran in.
+                self.data = {key: value if key == "config" else _relocated(value, recorded, str(logdir))
+                             for key, value in self.data.items()}
             self._record_epochs_of_old_rounds()
             # The evaluation settings may change on a resume (e.g. to evaluate every round of a finished loop
             # afterwards), and rounds may be added; neither changes a stage the loop has run.
@@ -271,6 +276,7 @@ class _LoopState:
             self.data["config"] = config
         else:
             self.data = {"config": config, "rounds": []}
+        self.data["logdir"] = str(logdir)
 
     def _fewest_rounds(self) -> int:
         """The fewest rounds this loop can still have: its last started round, or the round after it once the
@@ -315,6 +321,24 @@ def _read_state(path: Path) -> dict[str, Any]:
         raise UserError(f"{path} is damaged ({err}); the loop cannot resume from it (restore it, or start again "
                         "with --overwrite)") from None
     return data
+
+
+def _recorded_logdir(data: dict[str, Any]) -> str | None:
+    """The directory a loop recorded before it stored its ``logdir`` ran in, from its first policy's path."""
+    policy = next((r["policy"] for r in data["rounds"] if isinstance(r.get("policy"), str)), None)
+    marker = "/round_0/ppo/"
+    return policy.split(marker)[0] if policy and marker in policy else None
+
+
+def _relocated(value: Any, old: str, new: str) -> Any:
+    """``value`` with every path in the directory ``old`` (a string equal to it or below it) moved to ``new``."""
+    if isinstance(value, dict):
+        return {k: _relocated(v, old, new) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_relocated(v, old, new) for v in value]
+    if isinstance(value, str) and (value == old or value.startswith(old + "/")):
+        return new + value[len(old):]
+    return value
 
 
 def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:

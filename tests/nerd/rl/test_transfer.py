@@ -2,6 +2,7 @@
 
 import copy
 import json
+import shutil
 from dataclasses import asdict, replace
 
 import h5py
@@ -343,6 +344,17 @@ def test_resumes_and_starts_that_cannot_be_honoured_are_one_error_and_lose_nothi
             run_transfer_loop(cfg, loop, overwrite=True, progress=False)
     assert json.loads((loop / "loop.json").read_text()) == state and (loop / "round_0/ppo/nn/last.pth").is_file()
     assert not (loop / ".previous_run").exists()
+
+    # A copy of the loop continues from its own files: the original is out of reach.
+    shutil.copytree(loop, tmp_path / "copy")
+    loop.rename(tmp_path / "moved_away")
+    run_transfer_loop(loop_config(tmp_path, [a], rounds=2, refine=None), tmp_path / "copy", resume=True,
+                      progress=False)
+    copied = json.loads((tmp_path / "copy/loop.json").read_text())
+    assert copied["logdir"] == str(tmp_path / "copy")
+    assert [r["policy"] for r in copied["rounds"]] == [str(tmp_path / f"copy/round_{k}/ppo/nn/last.pth")
+                                                        for k in (0, 1)]
+    (tmp_path / "moved_away").rename(loop)
 
     (loop / "loop.json").write_text("{")
     with pytest.raises(UserError, match="loop.json is damaged"):
