@@ -165,6 +165,16 @@ def to_dict(obj: Any) -> dict[str, Any]:
     return dataclasses.asdict(obj)
 
 
+def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """``key old -> new`` for every setting that differs between two nested configs (dicts, keys dotted)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        found: list[str] = []
+        for key in sorted(set(old) | set(new), key=str):
+            found += differences(old.get(key), new.get(key), f"{prefix}.{key}" if prefix else str(key))
+        return found
+    return [] if old == new else [f"{prefix} {old} -> {new}"]
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Return a copy of ``data`` with ``key.sub=value`` overrides applied (values parsed as YAML)."""
     import copy

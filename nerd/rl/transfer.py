@@ -41,7 +41,7 @@ import yaml
 
 from nerd.calibration import ensemble_calibration
 from nerd.checkpoint import read_checkpoint
-from nerd.config import ConfigError, check_range, load_config, to_dict
+from nerd.config import ConfigError, check_range, differences, load_config, to_dict
 from nerd.datasets.windows import dataset_files
 from nerd.errors import UserError
 from nerd.features import RobotSignature
@@ -233,9 +233,9 @@ class _LoopState:
             # afterwards), and rounds may be added; neither changes a stage the loop has run.
             old = _with_added_keys(self.data["config"])
             extending = config["rounds"] > old["rounds"]
-            differences = _differences(_fixed_settings(old, extending), _fixed_settings(config, extending))
-            if differences:
-                raise UserError(f"{logdir} holds a transfer loop of another config ({'; '.join(differences)}); "
+            mismatched = differences(_fixed_settings(old, extending), _fixed_settings(config, extending))
+            if mismatched:
+                raise UserError(f"{logdir} holds a transfer loop of another config ({'; '.join(mismatched)}); "
                                 "resume it with the --cfg, --cfg-overrides and --seed it ran with (its config.yaml "
                                 "records them) or choose another --logdir")
             changed_keys = [".".join(key) for key in EXTENSION_KEYS if _get(old, key) != _get(config, key)]
@@ -339,16 +339,6 @@ def _relocated(value: Any, old: str, new: str) -> Any:
     if isinstance(value, str) and (value == old or value.startswith(old + "/")):
         return new + value[len(old):]
     return value
-
-
-def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:
-    """``key: old -> new`` for every setting that differs between two nested configs."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        found = []
-        for key in sorted(set(old) | set(new), key=str):
-            found += _differences(old.get(key), new.get(key), f"{prefix}.{key}" if prefix else str(key))
-        return found
-    return [] if old == new else [f"{prefix}: {old!r} -> {new!r}"]
 
 
 def _evaluation_settings(config: dict[str, Any]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import torch
 from torch.optim.swa_utils import AveragedModel
 
 from nerd.checkpoint import load_checkpoint, read_checkpoint
-from nerd.config import ConfigError, to_dict
+from nerd.config import ConfigError, differences, to_dict
 from nerd.datasets.windows import TrajectoryWindows, dataset_files
 from nerd.errors import UserError
 from nerd.features import RobotSignature, robot_joint_limits
@@ -138,7 +138,7 @@ def init_or_resume(cfg: TrainConfig, train_data: TrajectoryWindows, logdir: Path
         ckpt_sig.check_compatible(sig, what="checkpoint")
         if to_dict(model.cfg) != to_dict(cfg.model):
             raise ConfigError(f"--init-from {init_from}: its model differs from the config's 'model' section "
-                              f"({_differences(to_dict(model.cfg), to_dict(cfg.model), 'model')}); "
+                              f"({', '.join(differences(to_dict(model.cfg), to_dict(cfg.model), 'model'))}); "
                               "make the config's model section match the checkpoint's")
     else:
         # Weights, gradients and Adam's two moments: a size the allocator would refuse with a traceback is one line.
@@ -208,7 +208,7 @@ def check_resume_config(cfg: TrainConfig, model_cfg: ModelConfig, payload: dict[
     """
     changed = []
     if to_dict(model_cfg) != to_dict(cfg.model):
-        changed.append(_differences(to_dict(model_cfg), to_dict(cfg.model), "model"))
+        changed.append(", ".join(differences(to_dict(model_cfg), to_dict(cfg.model), "model")))
     if payload["history_length"] != cfg.history_length:
         changed.append(f"history_length {payload['history_length']} -> {cfg.history_length}")
     for key in ("joint_limit_inputs", "joint_limit_lookahead"):
@@ -237,18 +237,4 @@ def resume_changes(cfg: TrainConfig, payload: dict[str, Any]) -> str:
     weights = ("train_weights", "valid_weights")
     new["dataset"] = {key: getattr(cfg.dataset, key) for key in weights}
     old["dataset"] = {key: payload["config"].get("dataset", {}).get(key) for key in weights}
-    return _differences(old, new, "")
-
-
-def _differences(old: dict[str, Any], new: dict[str, Any], prefix: str) -> str:
-    """``key old -> new`` for every leaf that differs between two nested dicts."""
-    parts = []
-    for key in sorted(set(old) | set(new)):
-        a, b = old.get(key), new.get(key)
-        name = f"{prefix}.{key}" if prefix else key
-        if isinstance(a, dict) and isinstance(b, dict):
-            if a != b:
-                parts.append(_differences(a, b, name))
-        elif a != b:
-            parts.append(f"{name} {a} -> {b}")
-    return ", ".join(parts)
+    return ", ".join(differences(old, new))

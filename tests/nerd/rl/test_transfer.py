@@ -321,7 +321,7 @@ def test_resumes_and_starts_that_cannot_be_honoured_are_one_error_and_lose_nothi
     assert not loop.exists()
 
     run_transfer_loop(cfg, loop, progress=False)
-    with pytest.raises(UserError, match=r"another config \(epochs_per_round: 1 -> 2; seed: 0 -> 3\)"):
+    with pytest.raises(UserError, match=r"another config \(epochs_per_round 1 -> 2; seed 0 -> 3\)"):
         run_transfer_loop(loop_config(tmp_path, [a], rounds=1, refine=None, epochs_per_round=2), loop, seed=3,
                           resume=True, progress=False)
     more_games = loop_config(tmp_path, [a], rounds=1, refine=None, evaluation={"num_games": 6, "num_envs": 6})
