@@ -51,7 +51,7 @@ from nerd.rl.config import RLConfig, load_rl_config, with_num_envs
 from nerd.rl.policy_data import collect_policy_data
 from nerd.rl.train import interrupted_run_state, train_policy
 from nerd.run_dir import ExclusiveLock, new_run_dir, write_run_record, write_text_atomic
-from nerd.training import TrainConfig, train
+from nerd.training import TrainConfig, check_init_from, train
 
 STATE_FILE = "loop.json"
 """The loop's record of its finished stages, in the loop directory."""
@@ -206,6 +206,8 @@ def check_transfer_config(cfg: TransferConfig) -> tuple[RLConfig, TrainConfig | 
             if not Path(path).exists():
                 raise FileNotFoundError(f"dataset not found: {path} (refine.base_train / refine.base_valid)")
             dataset_files(path)  # a folder without parts fails here, not at the first fine-tune after hours of PPO
+        for path in cfg.model_paths:
+            check_init_from(train_cfg, path)  # the first fine-tune runs after hours of PPO
         if not cfg.refine.base_valid and cfg.refine.valid_fraction == 0:
             raise ConfigError("config key 'refine.valid_fraction': the fine-tunes need validation data; give "
                               "refine.base_valid or a positive valid_fraction")

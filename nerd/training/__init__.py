@@ -25,11 +25,11 @@ from nerd.training.curve import write_training_curve
 from nerd.training.data_range import record_data_range
 from nerd.training.epoch import best_score_meaning
 from nerd.training.loop import train
-from nerd.training.resume import check_resume_config, resume_changes
+from nerd.training.resume import check_init_from, check_resume_config, resume_changes
 from nerd.training.schedule import get_lr, validation_loss
 
 __all__ = [
     "MODEL_SIZE_SECTION", "ROLLOUT_DIVERGED", "RUN_CHECKPOINT", "RUN_DIR_ENTRIES", "DatasetConfig",
-    "RolloutEvalConfig", "TrainConfig", "best_score_meaning", "check_resume_config", "get_lr", "model_options",
-    "record_data_range", "resume_changes", "train", "validation_loss", "write_training_curve",
+    "RolloutEvalConfig", "TrainConfig", "best_score_meaning", "check_init_from", "check_resume_config", "get_lr",
+    "model_options", "record_data_range", "resume_changes", "train", "validation_loss", "write_training_curve",
 ]

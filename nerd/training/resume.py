@@ -135,11 +135,8 @@ def init_or_resume(cfg: TrainConfig, train_data: TrajectoryWindows, logdir: Path
             for group in new_groups:
                 if model.cfg.normalize_inputs:
                     model.input_norms[group].update(train_data.inputs[group].flatten(0, 1))
+        check_init_from(cfg, init_from)  # first: a config key says more than the layout below
         ckpt_sig.check_compatible(sig, what="checkpoint")
-        if to_dict(model.cfg) != to_dict(cfg.model):
-            raise ConfigError(f"--init-from {init_from}: its model differs from the config's 'model' section "
-                              f"({', '.join(differences(to_dict(model.cfg), to_dict(cfg.model), 'model'))}); "
-                              "make the config's model section match the checkpoint's")
     else:
         # Weights, gradients and Adam's two moments: a size the allocator would refuse with a traceback is one line.
         parameters, size = model_bytes(sig.input_groups, sig.target_dim, cfg.model)
@@ -162,6 +159,24 @@ def init_or_resume(cfg: TrainConfig, train_data: TrajectoryWindows, logdir: Path
     if optimizer_state is not None:
         optimizer.load_state_dict(optimizer_state)
     return RunStart(model, optimizer, start_epoch, best_score, previous)
+
+
+def check_init_from(cfg: TrainConfig, checkpoint: str | Path) -> None:
+    """Raise a one-line error if a fine-tune of ``checkpoint`` with ``cfg`` (``--init-from``) cannot run: another
+    robot, another ``model`` section, or joint-limit inputs the checkpoint reads and the config leaves out. Reads
+    only the checkpoint, so that a job which fine-tunes later (the transfer loop) can check it before it starts."""
+    model, sig, _ = load_checkpoint(checkpoint)
+    if sig.env_name != cfg.env_name:
+        raise UserError(f"--init-from {checkpoint} is a model of {sig.env_name}, but the config trains {cfg.env_name}")
+    if to_dict(model.cfg) != to_dict(cfg.model):
+        raise ConfigError(f"--init-from {checkpoint}: its model differs from the config's 'model' section "
+                          f"({', '.join(differences(to_dict(model.cfg), to_dict(cfg.model), 'model'))}); "
+                          "make the config's model section match the checkpoint's")
+    for key, reads in (("joint_limit_inputs", bool(sig.joint_limits)),
+                       ("joint_limit_lookahead", bool(sig.joint_limit_lookahead))):
+        if reads and not getattr(cfg, key):
+            raise ConfigError(f"config key '{key}': --init-from {checkpoint} reads that input group; set "
+                              f"{key}: true")
 
 
 def weight_average(cfg: TrainConfig, model: NeRDModel, previous: ResumeState, init_from: str | Path | None

@@ -318,6 +318,16 @@ def test_resumes_and_starts_that_cannot_be_honoured_are_one_error_and_lose_nothi
     with pytest.raises(UserError, match="is not a loadable nerd checkpoint"):
         run_transfer_loop(loop_config(tmp_path, [str(tmp_path / "notes.yaml")], rounds=1, refine=None), loop,
                           progress=False)
+    # A fine-tune that could not start (another model section, joint-limit inputs the config leaves out) fails now,
+    # not after the first PPO round and collection.
+    shipped = str(REPO / "pretrained_models/NeRD_models/Cartpole/model.pt")
+    refine = asdict(loop_config(tmp_path, [a]).refine)
+    with pytest.raises(ConfigError, match="its model differs from the config's 'model' section"):
+        run_transfer_loop(loop_config(tmp_path, [shipped], rounds=1, refine=refine), loop, progress=False)
+    without_limits = {**refine, "train_cfg": str(REPO / "pretrained_models/NeRD_models/Cartpole/train_config.yaml"),
+                      "train_overrides": ["joint_limit_inputs=false", "joint_limit_lookahead=false"]}
+    with pytest.raises(ConfigError, match="config key 'joint_limit_inputs'"):
+        run_transfer_loop(loop_config(tmp_path, [shipped], rounds=1, refine=without_limits), loop, progress=False)
     assert not loop.exists()
 
     run_transfer_loop(cfg, loop, progress=False)
