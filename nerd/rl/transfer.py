@@ -40,11 +40,10 @@ from typing import Any, Literal
 import yaml
 
 from nerd.calibration import ensemble_calibration
-from nerd.checkpoint import read_checkpoint
+from nerd.checkpoint import load_checkpoint
 from nerd.config import ConfigError, check_range, differences, load_config, to_dict
 from nerd.datasets.windows import dataset_files
 from nerd.errors import UserError
-from nerd.features import RobotSignature
 from nerd.modes import GROUND_TRUTH, NEURAL
 from nerd.rl.batch_eval import PolicyEvalConfig, batch_evaluate, format_markdown, write_table
 from nerd.rl.config import RLConfig, load_rl_config, with_num_envs
@@ -189,14 +188,14 @@ def check_transfer_config(cfg: TransferConfig) -> tuple[RLConfig, TrainConfig | 
     for path in cfg.model_paths:
         if not Path(path).is_file():
             raise FileNotFoundError(f"NeRD model not found: {path}")
-        # A model of another robot (or a file that is no checkpoint) fails here, not when PPO starts.
-        payload = read_checkpoint(path)
-        try:
-            robot = RobotSignature.from_dict(payload["signature"]).env_name
-        except (KeyError, TypeError) as err:
-            raise UserError(f"{path}: damaged nerd checkpoint (no robot signature: {err})") from None
-        if robot != rl_cfg.env.robot:
-            raise UserError(f"nerd_model_path {path} is a model of {robot}, but the task is {rl_cfg.env.robot}'s")
+    # A model of another robot (or a file that is no checkpoint) fails here, not when PPO starts.
+    loaded = {}
+    for path in cfg.model_paths:
+        model, sig, _ = load_checkpoint(path)
+        if sig.env_name != rl_cfg.env.robot:
+            raise UserError(f"nerd_model_path {path} is a model of {sig.env_name}, but the task is "
+                            f"{rl_cfg.env.robot}'s")
+        loaded[path] = (model.cfg, sig)
     train_cfg = None
     if cfg.refine is not None:
         train_cfg = load_config(cfg.refine.train_cfg, TrainConfig, cfg.refine.train_overrides)
@@ -207,7 +206,7 @@ def check_transfer_config(cfg: TransferConfig) -> tuple[RLConfig, TrainConfig | 
                 raise FileNotFoundError(f"dataset not found: {path} (refine.base_train / refine.base_valid)")
             dataset_files(path)  # a folder without parts fails here, not at the first fine-tune after hours of PPO
         for path in cfg.model_paths:
-            check_init_from(train_cfg, path)  # the first fine-tune runs after hours of PPO
+            check_init_from(train_cfg, path, loaded[path])  # the first fine-tune runs after hours of PPO
         if not cfg.refine.base_valid and cfg.refine.valid_fraction == 0:
             raise ConfigError("config key 'refine.valid_fraction': the fine-tunes need validation data; give "
                               "refine.base_valid or a positive valid_fraction")
@@ -240,12 +239,13 @@ class _LoopState:
                 raise UserError(f"{logdir} holds a transfer loop of another config ({'; '.join(mismatched)}); "
                                 "resume it with the --cfg, --cfg-overrides and --seed it ran with (its config.yaml "
                                 "records them) or choose another --logdir")
-            changed_keys = [".".join(key) for key in EXTENSION_KEYS if _get(old, key) != _get(config, key)]
-            if extending and changed_keys and "final" not in self.data:
+            changed = {".".join(key): [_get(old, key), _get(config, key)] for key in EXTENSION_KEYS
+                       if _get(old, key) != _get(config, key)}
+            if extending and changed and "final" not in self.data:
                 # An interrupted stage (a PPO round, a fine-tune) would continue with settings it did not start
                 # with, or be thrown away: an unfinished loop first finishes (or ends sooner), then extends.
                 raise UserError(f"{logdir} holds a loop that has not finished; it resumes with its own "
-                                f"{', '.join(changed_keys)} (finish it, or end it sooner with fewer rounds, then "
+                                f"{', '.join(changed)} (finish it, or end it sooner with fewer rounds, then "
                                 "extend it with new settings)")
             if _evaluation_settings(old) != _evaluation_settings(config):
                 # Every evaluation the loop made was of the old settings: made again with the new ones.
@@ -267,8 +267,6 @@ class _LoopState:
                 shutil.rmtree(logdir / f"round_{config['rounds'] - 1}" / "data", ignore_errors=True)
             if extending:
                 self.resized_from = old["rounds"]
-                changed = {".".join(key): [_get(old, key), _get(config, key)] for key in EXTENSION_KEYS
-                           if _get(old, key) != _get(config, key)}
                 if changed:
                     self.data.setdefault("extensions", []).append({"rounds": old["rounds"], "changed": changed})
                 if "final" in self.data:

@@ -122,6 +122,7 @@ def init_or_resume(cfg: TrainConfig, train_data: TrajectoryWindows, logdir: Path
         best_score = previous_best(logdir / "nn" / "best.pt", cfg.best_checkpoint_by)
     elif init_from is not None:
         model, ckpt_sig, _ = load_checkpoint(init_from, device)
+        check_init_from(cfg, init_from, (model.cfg, ckpt_sig))  # first: a config key says more than the layout
         # What the checkpoint already reads stays its own, so one for other limits or another frame is still
         # refused below; what it lacks of the config's joint-limit groups it gains.
         gained = replace(ckpt_sig, joint_limits=ckpt_sig.joint_limits or sig.joint_limits,
@@ -135,7 +136,6 @@ def init_or_resume(cfg: TrainConfig, train_data: TrajectoryWindows, logdir: Path
             for group in new_groups:
                 if model.cfg.normalize_inputs:
                     model.input_norms[group].update(train_data.inputs[group].flatten(0, 1))
-        check_init_from(cfg, init_from)  # first: a config key says more than the layout below
         ckpt_sig.check_compatible(sig, what="checkpoint")
     else:
         # Weights, gradients and Adam's two moments: a size the allocator would refuse with a traceback is one line.
@@ -161,16 +161,21 @@ def init_or_resume(cfg: TrainConfig, train_data: TrajectoryWindows, logdir: Path
     return RunStart(model, optimizer, start_epoch, best_score, previous)
 
 
-def check_init_from(cfg: TrainConfig, checkpoint: str | Path) -> None:
+def check_init_from(cfg: TrainConfig, checkpoint: str | Path,
+                    loaded: tuple[ModelConfig, RobotSignature] | None = None) -> None:
     """Raise a one-line error if a fine-tune of ``checkpoint`` with ``cfg`` (``--init-from``) cannot run: another
-    robot, another ``model`` section, or joint-limit inputs the checkpoint reads and the config leaves out. Reads
-    only the checkpoint, so that a job which fine-tunes later (the transfer loop) can check it before it starts."""
-    model, sig, _ = load_checkpoint(checkpoint)
+    robot, another ``model`` section, or joint-limit inputs the checkpoint reads and the config leaves out. Needs
+    only the checkpoint (``loaded``: its model config and signature, if the caller has read them), so that a job
+    which fine-tunes later (the transfer loop) can check it before it starts."""
+    if loaded is None:
+        model, sig, _ = load_checkpoint(checkpoint)
+        loaded = (model.cfg, sig)
+    model_cfg, sig = loaded
     if sig.env_name != cfg.env_name:
         raise UserError(f"--init-from {checkpoint} is a model of {sig.env_name}, but the config trains {cfg.env_name}")
-    if to_dict(model.cfg) != to_dict(cfg.model):
+    if to_dict(model_cfg) != to_dict(cfg.model):
         raise ConfigError(f"--init-from {checkpoint}: its model differs from the config's 'model' section "
-                          f"({', '.join(differences(to_dict(model.cfg), to_dict(cfg.model), 'model'))}); "
+                          f"({', '.join(differences(to_dict(model_cfg), to_dict(cfg.model), 'model'))}); "
                           "make the config's model section match the checkpoint's")
     for key, reads in (("joint_limit_inputs", bool(sig.joint_limits)),
                        ("joint_limit_lookahead", bool(sig.joint_limit_lookahead))):

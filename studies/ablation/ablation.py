@@ -202,14 +202,14 @@ def _checkpoint(run: Path) -> Path:
 _IDENTITY_KEYS = ("env_name", "model", "history_length", "dataset", "time_budget_minutes")
 
 
-def _other_training(spec: AblationSpec, case_name: str, variant: str, run: Path) -> str | None:
-    """Why the run in ``run`` is not the spec's ``variant`` of ``case_name`` (None if it is, or if it has recorded
-    nothing yet): another setting of :data:`_IDENTITY_KEYS`, or another seed."""
+def _other_training(spec: AblationSpec, cfg: TrainConfig, run: Path) -> str | None:
+    """Why the run in ``run`` is not the spec's variant with the training config ``cfg`` (None if it is, or if it
+    has recorded nothing yet): another setting of :data:`_IDENTITY_KEYS`, or another seed."""
     recorded = run / "config.yaml"
     if not recorded.is_file():
         return None
     old = _recorded_config(yaml.safe_load(recorded.read_text()) or {})
-    new = to_dict(variant_config(spec, spec.case(case_name), variant))
+    new = to_dict(cfg)
     changed = [k for k in _IDENTITY_KEYS if old.get(k) != yaml.safe_load(yaml.safe_dump(new.get(k)))]
     if changed:
         return f"another {', '.join(changed)}"
@@ -237,7 +237,7 @@ def train_variant(spec: AblationSpec, case_name: str, variant: str, run: Path, d
     """
     case = spec.case(case_name)
     cfg = variant_config(spec, case, variant)
-    reason = _other_training(spec, case_name, variant, run)
+    reason = _other_training(spec, cfg, run)
     if reason is not None:
         raise UserError(f"{run} holds a {case_name}/{variant} run with {reason} than the spec asks for; delete that "
                         "folder or use another --logdir")
@@ -323,7 +323,8 @@ def eval_settings(case: PendulumCase | AntCase) -> dict[str, Any]:
         keys = ("env_name", "contact_config", "initial_states", "rollouts", "num_envs", "horizon", "seed", "metrics")
     else:
         keys = ("env_name", "policies", "num_games", "num_envs", "seed", "episode_length")
-    return {key: yaml.safe_load(yaml.safe_dump(to_dict(case)[key])) for key in keys}
+    settings = to_dict(case)
+    return {key: yaml.safe_load(yaml.safe_dump(settings[key])) for key in keys}
 
 
 def _stale_reason(case: PendulumCase | AntCase, stored: dict[str, Any],
@@ -358,10 +359,11 @@ def run_case(spec: AblationSpec, case_name: str, variants: list[str], logdir: Pa
         if case_name == "ant":
             ground_truth = ground_truth or ground_truth_rewards(case, logdir, device, progress)
         if path.is_file():
-            reason = _stale_reason(case, json.loads(path.read_text()), ground_truth)
+            stored = json.loads(path.read_text())
+            reason = _stale_reason(case, stored, ground_truth)
             if reason is None:
                 say(f"{case_name}/{variant}: evaluated ({path}), not rerun")
-                results[variant] = json.loads(path.read_text())
+                results[variant] = stored
                 continue
             say(f"{case_name}/{variant}: evaluated with {reason} than the spec's; evaluating again")
         torch.set_num_threads(spec.threads)
@@ -472,8 +474,8 @@ def run_study(spec: AblationSpec, logdir: str | Path, variants: list[str] | None
             if not path.is_file() or variant in results.get(case_name, {}):
                 continue
             stored = json.loads(path.read_text())
-            reason = _stale_reason(case, stored, ground_truth) or _other_training(spec, case_name, variant,
-                                                                                   path.parent)
+            reason = _stale_reason(case, stored, ground_truth) or _other_training(
+                spec, variant_config(spec, case, variant), path.parent)
             if reason is None:
                 results.setdefault(case_name, {})[variant] = stored
             else:

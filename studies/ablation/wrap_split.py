@@ -59,15 +59,15 @@ def wrap_split(models: dict[str, str], num_rollouts: int, horizon: int, seed: in
               "q0_bins": list(Q0_BINS), "rollouts_per_bin": [int(b.sum()) for b in bins], "models": {}}
     for name, err in errors.items():
         per_rollout = err.mean(dim=0)
-        first = err[:FIRST_STEPS]
-
-        def mean(mask: torch.Tensor, values: torch.Tensor = per_rollout) -> float | None:
-            return float(values[..., mask].mean()) if bool(mask.any()) else None
-
-        result["models"][name] = {"all": float(per_rollout.mean()), "crossing": mean(crosses),
-                                  "not_crossing": mean(~crosses),
-                                  "first_steps_by_q0": [mean(b, first) for b in bins]}
+        result["models"][name] = {"all": float(per_rollout.mean()), "crossing": _mean(per_rollout, crosses),
+                                  "not_crossing": _mean(per_rollout, ~crosses),
+                                  "first_steps_by_q0": [_mean(err[:FIRST_STEPS], b) for b in bins]}
     return result
+
+
+def _mean(values: torch.Tensor, rollouts: torch.Tensor) -> float | None:
+    """The mean of ``values`` (..., N) over the rollouts selected by the mask ``rollouts`` (N,); None if none."""
+    return float(values[..., rollouts].mean()) if bool(rollouts.any()) else None
 
 
 def parse_models(pairs: list[str]) -> dict[str, str]:
