@@ -3,6 +3,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= outputs/demo
+# Test processes (pytest-xdist): one per core; each runs torch on one thread (tests/conftest.py).
+TEST_WORKERS ?= auto
 
 .PHONY: install test demo bench clean
 
@@ -17,7 +19,7 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
 demo: $(STAMP)
 	$(PY) eval/eval_passive_motion.py --env-name Cartpole --model-path pretrained_models/NeRD_models/Cartpole/model.pt \

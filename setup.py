@@ -32,7 +32,7 @@ extras_require = {
     # --viewer gl (a window) and --video (off-screen through EGL) use Newton's OpenGL viewer (pyglet);
     # --viewer usd needs OpenUSD (pxr). Ranges are Newton 1.8's own for these packages.
     "viewer": ["pyglet>=2.1.6,<3", "pillow>=10", "usd-core>=25.5,<26.9"],
-    "dev": ["pytest>=8"],
+    "dev": ["pytest>=8", "pytest-xdist>=3"],
 }
 
 console_scripts = [
