@@ -53,7 +53,7 @@ setup(
     description="Neural Robot Dynamics (NeRD) on NVIDIA Warp's Newton engine",
     long_description=(here / "README.md").read_text() if (here / "README.md").exists() else "",
     long_description_content_type="text/markdown",
-    python_requires=">=3.10",
+    python_requires=">=3.11",  # the tested lock (numpy 2.4, matplotlib 3.11) needs 3.11
     packages=find_packages(include=["nerd", "nerd.*"]),
     install_requires=install_requires,
     extras_require=extras_require,

@@ -1,4 +1,8 @@
-"""The NeRD release's published policies (when present beside the repository) load safely and play in our ground truth.
+"""The NeRD release's published policies load safely and play in our ground truth.
+
+The policies are not in the repository: ``NERD_RELEASE_POLICIES`` names a folder of them in the layout of
+``eval/play_release_policies.py --release-dir`` (``<Robot>/<task>/<Robot>PPO.pth``). Where no such folder is
+found these tests skip.
 
 A policy only plays well where its task (observation, reward, reset) and physics match the release's, so a few
 dozen steps of each are a sharp check of the Z-up restatement; the 2048-episode measurement is
@@ -6,6 +10,7 @@ dozen steps of each are a sharp check of the Z-up restatement; the 2048-episode 
 """
 
 import json
+import os
 import pathlib
 
 import pytest
@@ -16,7 +21,7 @@ from nerd.rl.policy import load_policy, load_rl_games_checkpoint
 from nerd.rl.vec_env import make_vec_env
 from tests.helpers import REPO, error_lines, run_script
 
-RELEASE_DIR = REPO.parent / "shared" / "release_policies"
+RELEASE_DIR = pathlib.Path(os.environ.get("NERD_RELEASE_POLICIES", REPO.parent / "shared" / "release_policies"))
 pytestmark = pytest.mark.skipif(not RELEASE_DIR.is_dir(), reason=f"release policies not found at {RELEASE_DIR}")
 
 
