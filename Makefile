@@ -3,8 +3,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= outputs/demo
-# Test processes (pytest-xdist): one per core; each runs torch on one thread (tests/conftest.py).
-TEST_WORKERS ?= auto
+# Test processes (pytest-xdist): one per core the process may use, at most 4 (each loads torch, Warp and Newton);
+# each runs torch on one thread (tests/conftest.py).
+TEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( n < 4 ? n : 4 )))
 
 .PHONY: install test demo bench clean
 
