@@ -1,4 +1,4 @@
-"""RL environment throughput against the FLOP floor: env-steps/s in neural and ground-truth mode.
+r"""RL environment throughput against the FLOP floor: env-steps/s in neural and ground-truth mode.
 
 One env-step = one frame of one env, including what an RL step does besides physics: the task's reward,
 termination and observation, and the resets of finished envs (``NeRDVecEnv.step``). Robots without an RL task

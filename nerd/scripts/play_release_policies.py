@@ -1,4 +1,4 @@
-"""Play the NeRD release's published policies (Ant, ANYmal) in our ground truth.
+r"""Play the NeRD release's published policies (Ant, ANYmal) in our ground truth.
 
 Prints a Markdown table (reward against the paper's ground truth, episode lengths, per-term rewards, the largest
 observation-mean shift against the checkpoint's running statistics) and writes the full report as JSON.

@@ -1,4 +1,4 @@
-"""The paper's ablation study (appendix "Ablation Study"): every variant of NeRD trained on the same data at the
+r"""The paper's ablation study (appendix "Ablation Study"): every variant of NeRD trained on the same data at the
 same CPU budget, scored on the paper's two test cases, each normalised by NeRD's own result.
 
 1. ``pendulum``: passive double pendulum (``PendulumWithContact``, one fixed contact-free ground configuration),

@@ -1,4 +1,4 @@
-"""Where a pendulum model's passive error comes from: rollouts in which joint 0 crosses ±π (where its wrapped angle
+r"""Where a pendulum model's passive error comes from: rollouts in which joint 0 crosses ±π (where its wrapped angle
 jumps) against those in which it does not, and the error of the first steps by the initial |q0|.
 
 The ablation's world-frame variant of the pendulum loses NeRD's gravity input, (sin q0, 0, -cos q0) in the first

@@ -1,4 +1,4 @@
-"""Where the Ant's passive error comes from: the fall, the landing and the resting pose, NeRD against the ground truth.
+r"""Where the Ant's passive error comes from: the fall, the landing and the resting pose, NeRD against the ground truth.
 
 From the release's passive protocol (the Ant's env reset: torso 1 m up, hips near 0, ankles near +-1 rad, zero
 torques) the Ant falls for about 20 frames, lands on its legs and settles. This script rolls out the ground truth

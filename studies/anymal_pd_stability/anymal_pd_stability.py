@@ -1,4 +1,4 @@
-"""Is ANYmal's data-generation PD law stable? Joint speeds under fixed gains, in each robot variant.
+r"""Is ANYmal's data-generation PD law stable? Joint speeds under fixed gains, in each robot variant.
 
 The release's ANYmal sampler drives the robot with random joint-position actions through a PD law whose gains are
 drawn from Kp ~ U[30, 200], Kd ~ U[0, 1], the torque computed once per frame (1/60 s) and held over its substeps.

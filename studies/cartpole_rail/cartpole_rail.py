@@ -1,4 +1,4 @@
-"""Where the Cartpole's long-horizon error comes from: the rail's end stops.
+r"""Where the Cartpole's long-horizon error comes from: the rail's end stops.
 
 From the release's passive protocol (the env reset: x, ẋ, θ̇ ~ U(−1, 1), θ ~ U(−π, π), zero force, 1000 steps) most
 carts roll into one of the rail's limits at ±4 m, a stiff spring (ke 1e4, kd 10) that bounces them back, and the

@@ -1,4 +1,4 @@
-"""Error against training compute: a power law per series, and the compute at which it would reach a target.
+r"""Error against training compute: a power law per series, and the compute at which it would reach a target.
 
 Each series is a chain of models trained one from the other (or one run's checkpoints); each point is one model,
 with the windows it had seen in all (its ancestors' included) and its errors at one horizon under one evaluation

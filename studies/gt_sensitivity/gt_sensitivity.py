@@ -1,4 +1,4 @@
-"""The ground truth against itself: how far two rollouts drift apart from initial states a tiny distance apart.
+r"""The ground truth against itself: how far two rollouts drift apart from initial states a tiny distance apart.
 
 A learned simulator makes a small error at every step; the ground truth's own sensitivity to such errors is a floor
 under the long-horizon error any model can reach. This script rolls out the analytical simulator twice from the
