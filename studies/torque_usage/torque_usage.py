@@ -1,4 +1,4 @@
-"""How hard policies push against how hard the training data pushed: joint-torque magnitudes side by side.
+r"""How hard policies push against how hard the training data pushed: joint torques and joint speeds side by side.
 
 A NeRD model is only trusted where its data went. A policy trained in NeRD that spends its time at torques the data
 rarely held is acting where the model extrapolates. This script plays each policy in the ground truth (its RL
@@ -6,6 +6,8 @@ config's task, deterministic actions) and records the joint torques the simulato
 of each HDF5 dataset, and reports for each source the mean |torque| and the share of torques above 50 % and 90 % of
 the reference limit (per joint: the largest |torque| in the first dataset, or ``--torque-limit``), and how often a
 joint's torque changes sign from one frame to the next (white noise: half the frames; a gait: a few per period).
+Per joint it also reports the mean |torque| and the mean |joint speed| (the actuated joints' velocities): two
+policies that score alike may move different joints, and a model knows only the motions its data holds.
 
 Writes a JSON and a Markdown table beside it.
 
@@ -44,27 +46,43 @@ def usage_stats(torques: torch.Tensor, limit: torch.Tensor) -> dict[str, float]:
     return stats
 
 
-def dataset_torques(path: str | Path) -> torch.Tensor:
-    """Every joint torque of an HDF5 dataset, (frames, trajectories, A); a missing or damaged file is a
-    DatasetError."""
-    acts = load_trajectories(path, ("joint_acts",))["joint_acts"]
-    return torch.from_numpy(acts).transpose(0, 1).double()
+def per_joint(torques: torch.Tensor, speeds: torch.Tensor) -> dict[str, list[float]]:
+    """Mean |torque| and mean |joint speed| of each joint, over frames and sequences; (frames, sequences, A)."""
+    return {"mean_abs_torque": torques.abs().mean(dim=(0, 1)).tolist(),
+            "mean_abs_joint_speed": speeds.abs().mean(dim=(0, 1)).tolist()}
+
+
+def actuated_speeds(states: torch.Tensor, num_actuated: int) -> torch.Tensor:
+    """The actuated joints' velocities in states (..., dof_q + dof_qd): the last ``num_actuated`` entries of
+    ``joint_qd`` (a free base's six velocities, when there is one, come first)."""
+    return states[..., -num_actuated:]
+
+
+def dataset_signals(path: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every joint torque of an HDF5 dataset and the actuated joints' speeds of the states they act on, each
+    (frames, trajectories, A); a missing or damaged file is a DatasetError."""
+    data = load_trajectories(path, ("joint_acts", "states"))
+    torques = torch.from_numpy(data["joint_acts"]).transpose(0, 1).double()
+    states = torch.from_numpy(data["states"]).transpose(0, 1).double()
+    return torques, actuated_speeds(states, torques.shape[-1])
 
 
 @torch.no_grad()
-def policy_torques(cfg: RLConfig, venv: NeRDVecEnv, checkpoint: str, steps: int, seed: int) -> torch.Tensor:
+def policy_signals(cfg: RLConfig, venv: NeRDVecEnv, checkpoint: str, steps: int, seed: int
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """The joint torques the ground truth ``venv`` applied while ``checkpoint`` played ``steps`` steps from resets
-    drawn at ``seed`` (of each step's last frame, for robots that hold an action for several frames), (steps,
-    envs, A)."""
+    drawn at ``seed``, and the actuated joints' speeds they led to (of each step's last frame, for robots that hold
+    an action for several frames), each (steps, envs, A)."""
     policy = load_policy(cfg, checkpoint, venv.get_env_info(), str(venv.device))
     venv.seed(seed)  # every policy starts from the same initial states
     obs = venv.reset()
     policy.reset()
-    out = []
+    torques, speeds = [], []
     for _ in tqdm(range(steps), desc=Path(checkpoint).name, leave=False):
         obs, _, _, _ = venv.step(policy(obs))
-        out.append(venv.nenv.joint_acts.double().cpu())
-    return torch.stack(out)
+        torques.append(venv.nenv.joint_acts.double().cpu())
+        speeds.append(actuated_speeds(venv.nenv.get_states().double().cpu(), torques[-1].shape[-1]))
+    return torch.stack(torques), torch.stack(speeds)
 
 
 def format_table(result: dict) -> str:
@@ -75,6 +93,12 @@ def format_table(result: dict) -> str:
              "|---|" + "---|" * len(cols)]
     for row in result["rows"]:
         lines.append(f"| {row['source']} | " + " | ".join(f"{row[c]:.3f}" for c in cols) + " |")
+    for key, title in (("mean_abs_torque", "Mean |torque| of each joint (N·m; N for a slider)"),
+                       ("mean_abs_joint_speed", "Mean |joint speed| of each joint (rad/s; m/s for a slider)")):
+        width = len(result["rows"][0][key]) if result["rows"] else 0
+        lines += ["", title, "", "| source | " + " | ".join(f"joint {j}" for j in range(width)) + " |",
+                  "|---|" + "---|" * width]
+        lines += [f"| {row['source']} | " + " | ".join(f"{x:.2f}" for x in row[key]) + " |" for row in result["rows"]]
     return "\n".join(lines)
 
 
@@ -94,23 +118,24 @@ def main() -> None:
         raise UserError("give --datasets or --torque-limit: the torques are reported relative to a limit")
     output, _ = check_report_outputs(args.output, args.overwrite, plot=False)
     device = resolve_device(args.device)
-    sources = {str(p): dataset_torques(p) for p in args.datasets}
+    sources = {str(p): dataset_signals(p) for p in args.datasets}
     if args.torque_limit is not None:
         limit, limit_source = torch.tensor(args.torque_limit, dtype=torch.float64), f"{args.torque_limit} (given)"
     else:
-        limit = next(iter(sources.values())).abs().amax(dim=(0, 1)).clamp(min=1e-12)
+        limit = next(iter(sources.values()))[0].abs().amax(dim=(0, 1)).clamp(min=1e-12)
         limit_source = f"(the largest |torque| of {args.datasets[0]}: {[round(x, 3) for x in limit.tolist()]})"
     if args.checkpoints:
         cfg = with_num_envs(load_rl_config(args.rl_cfg, ["env.env_mode=ground-truth"]), args.num_envs)
         venv = make_vec_env(cfg.env, device=device, seed=args.seed)
         for ckpt in args.checkpoints:
-            sources[f"{ckpt} (ground truth)"] = policy_torques(cfg, venv, ckpt, args.steps, args.seed)
-    for name, torques in sources.items():
+            sources[f"{ckpt} (ground truth)"] = policy_signals(cfg, venv, ckpt, args.steps, args.seed)
+    for name, (torques, _) in sources.items():
         if torques.shape[-1] != limit.numel() and limit.numel() != 1:
             raise UserError(f"{name}: {torques.shape[-1]} joint torques, the limit has {limit.numel()}")
     result = {"rl_cfg": args.rl_cfg, "num_envs": args.num_envs, "steps": args.steps, "seed": args.seed,
               "limit": limit.tolist(), "limit_source": limit_source,
-              "rows": [{"source": name, **usage_stats(t, limit)} for name, t in sources.items()]}
+              "rows": [{"source": name, **usage_stats(t, limit), **per_joint(t, v)}
+                       for name, (t, v) in sources.items()]}
     write_report(output, result, format_table(result))
 
 

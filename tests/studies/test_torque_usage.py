@@ -15,13 +15,14 @@ RL_CFG = str(REPO / "cfg/rl/Cartpole/swingup_cpu.yaml")
 
 def write_torques(path: Path, per_joint: list[float]) -> None:
     """A Cartpole dataset of two trajectories x len(per_joint) frames whose torques are replaced by known values,
-    the same on both joints."""
+    the same on both joints, and whose joint speeds (the last two state entries) by a hundredth of them."""
     length = len(per_joint)
     generate_dataset(GenerationConfig("Cartpole", 2 * length, trajectory_length=length, num_envs=2), path,
                      progress=False)
     acts = np.stack([np.array(per_joint), -2.0 * np.array(per_joint)], axis=-1)  # joint 1: twice the scale
     with h5py.File(path, "r+") as f:
         f["data/joint_acts"][...] = np.stack([acts, acts]).astype(np.float32)
+        f["data/states"][..., 2:] = np.stack([acts, acts]).astype(np.float32) / 100.0
 
 
 def test_dataset_stats_are_relative_to_each_joints_maximum(tmp_path, monkeypatch, capsys):
@@ -38,7 +39,10 @@ def test_dataset_stats_are_relative_to_each_joints_maximum(tmp_path, monkeypatch
     assert np.isclose(b["mean_abs_over_limit"], 0.1) and b["share_above_0.5"] == 0.0
     # a: only 0 -> 25 changes sign, once in 4 frame pairs; b alternates every frame. Pairs never span trajectories.
     assert a["sign_change_rate"] == 0.25 and b["sign_change_rate"] == 1.0
-    assert (tmp_path / "usage.md").read_text().count("\n| ") == 3  # header + two rows
+    # per joint, in the data's own units: joint 1 pushes and moves twice as hard
+    assert np.allclose(a["mean_abs_torque"], [56.0, 112.0]) and np.allclose(b["mean_abs_torque"], [10.0, 20.0])
+    assert np.allclose(a["mean_abs_joint_speed"], [0.56, 1.12]) and np.allclose(b["mean_abs_joint_speed"], [0.1, 0.2])
+    assert (tmp_path / "usage.md").read_text().count("\n| ") == 3 * 3  # three tables: header + two rows each
 
 
 def test_a_shipped_policy_is_played_in_the_ground_truth(tmp_path, monkeypatch, capsys):
@@ -51,6 +55,9 @@ def test_a_shipped_policy_is_played_in_the_ground_truth(tmp_path, monkeypatch, c
     # a swing-up pumps the cart hard (0.18 measured); the passive pole hinge, half the entries, never gets a torque
     assert 0.1 < row["mean_abs_over_limit"] <= 0.5 and 0.0 < row["share_above_0.5"] <= 0.5
     assert 0.0 < row["sign_change_rate"] <= 0.5  # the pole hinge never changes sign
+    # the pole gets no torque but swings: its speed is the state's, not the torque's
+    assert row["mean_abs_torque"][0] > 0.0 and row["mean_abs_torque"][1] == 0.0
+    assert all(v > 0.0 for v in row["mean_abs_joint_speed"])
 
 
 def test_without_a_limit_or_a_dataset_it_is_a_one_line_error(tmp_path, monkeypatch, capsys):
