@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from nerd.datasets.hdf5 import TrajectoryWriter
 from nerd.envs import make_env
+from nerd.envs.environment import uniform
 from nerd.errors import RolloutDivergedError, UserError
 from nerd.evaluation import initial_state_sampler
 from nerd.features import signature_of_env
@@ -84,6 +85,13 @@ class GenerationConfig:
     """Temporal correlation of the random torques: each trajectory draws a mean hold time L log-uniformly in
     [1, torque_hold_frames] frames, and each joint keeps its torque until a redraw, which happens with
     probability 1/L per frame. 1 (the release's) redraws every torque every frame: white noise."""
+    through_controller: bool = False
+    """Draw the random noise as policy actions, uniform in [−1, 1] (``torque_scale`` and ``torque_hold_frames``
+    act on them), and pass them through the robot's controller each frame (:meth:`compute_torques` of its
+    ``control_mode``) instead of drawing torques (our option). For the Franka's joint-position PD the torques then
+    carry the controller's damping, −Kd·q̇, as a position-controlled policy's do; white-noise torques never
+    correlate with the joint rates. Robots whose data already goes through their controller (ANYmal) have no use
+    for it."""
     initial_states: InitialStates = "data"
     """Where trajectories start (:data:`~nerd.modes.INITIAL_STATES`): ``"data"`` (the release: the robot's
     data-generation sampler) or our ``"task"`` (the robot's task reset, the states that its RL tasks and
@@ -112,6 +120,8 @@ class GenerationConfig:
             raise UserError(f"--torque-hold-frames must be at least 1, got {self.torque_hold_frames}")
         if self.torque_hold_frames > 1 and self.passive:
             raise UserError("--torque-hold-frames holds random torques; --passive has none")
+        if self.through_controller and self.passive:
+            raise UserError("--through-controller passes random actions through the controller; --passive has none")
         if self.initial_states not in INITIAL_STATES:
             raise UserError(f"--initial-states must be one of {', '.join(sorted(INITIAL_STATES))}, "
                             f"got {self.initial_states!r}")
@@ -193,9 +203,11 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
     env.set_model_values(cfg.model_values or {})
     _check_robot_option("--pd-gains", cfg.pd_gains, env.pd_gain_boxes, f"{cfg.env_name} has the gain boxes",
                         f"{cfg.env_name}'s data does not go through a PD controller (only Anymal's does)")
-    if (cfg.torque_scale != "full" or cfg.torque_hold_frames > 1) and env.random_control == "actions":
+    if ((cfg.torque_scale != "full" or cfg.torque_hold_frames > 1 or cfg.through_controller)
+            and env.random_control == "actions"):
         flag = (f"--torque-scale {cfg.torque_scale}" if cfg.torque_scale != "full"
-                else f"--torque-hold-frames {cfg.torque_hold_frames}")
+                else f"--torque-hold-frames {cfg.torque_hold_frames}" if cfg.torque_hold_frames > 1
+                else "--through-controller")
         raise UserError(f"{flag}: {cfg.env_name}'s data goes through its controller (random actions), not random "
                         "torques")
     random_planes = cfg.contact_config is None and bool(env.ground_plane_rules)
@@ -272,27 +284,36 @@ def generate_dataset(cfg: GenerationConfig, path: str | Path, device: str = "cpu
 
 class _TorqueNoise:
     """The random torques of one batch of trajectories, frame after frame (:class:`GenerationConfig`'s
-    ``torque_scale`` and ``torque_hold_frames``). The release's settings draw nothing beyond its white noise, so
-    that its data stays what the same seed gave before the options existed."""
+    ``torque_scale``, ``torque_hold_frames`` and ``through_controller``). The release's settings draw nothing beyond
+    its white noise, so that its data stays what the same seed gave before the options existed."""
 
     def __init__(self, env, cfg: GenerationConfig, n: int, generator: torch.Generator):
         self.env, self.n, self.generator = env, n, generator
+        self.through_controller = cfg.through_controller
         self.factor = None  # (n, 1) per-trajectory box factor of "log-uniform"
         if cfg.torque_scale == "log-uniform":
             self.factor = (10.0 ** (LOG_UNIFORM_DECADES * (torch.rand(n, 1, generator=generator) - 1.0))
                            ).to(env.torch_device)
         self.box = None  # (act_dim,) half-widths that "saturating" clips to
         if cfg.torque_scale == "saturating":
-            self.box = torch.tensor(env.random_torque_box, device=env.torch_device)
+            self.box = torch.tensor([1.0] * env.action_dim if cfg.through_controller else env.random_torque_box,
+                                    device=env.torch_device)
         self.redraw_probability = None  # (n, 1) per-trajectory 1 / L of the hold
         if cfg.torque_hold_frames > 1:
             hold = cfg.torque_hold_frames ** torch.rand(n, 1, generator=generator)  # log-uniform in [1, L_max]
             self.redraw_probability = 1.0 / hold
         self.held: torch.Tensor | None = None
 
+    def _draw(self) -> torch.Tensor:
+        """Fresh white noise: actions (n, action_dim) in [−1, 1] through the controller, else torques."""
+        if self.through_controller:
+            ones = [1.0] * self.env.action_dim
+            return uniform([-x for x in ones], ones, self.n, self.generator).to(self.env.torch_device)
+        return self.env.sample_random_torques(self.n, self.generator)
+
     def next(self) -> torch.Tensor:
-        """The torques (n, act_dim) of the next frame."""
-        fresh = self.env.sample_random_torques(self.n, self.generator)
+        """The torques (n, act_dim) of the next frame (through the controller: from the current state)."""
+        fresh = self._draw()
         if self.factor is not None:
             fresh = fresh * self.factor
         elif self.box is not None:
@@ -303,7 +324,7 @@ class _TorqueNoise:
                 redraw = torch.rand(fresh.shape, generator=self.generator) < self.redraw_probability
                 fresh = torch.where(redraw.to(fresh.device), fresh, self.held)
             self.held = fresh
-        return fresh
+        return self.env.compute_torques(fresh) if self.through_controller else fresh
 
 
 def _check_robot_option(flag: str, value: str | None, names: tuple[str, ...], has: str, has_none: str) -> None:

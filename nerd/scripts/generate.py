@@ -59,6 +59,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--torque-hold-frames", type=int, default=1,
                         help="hold each random torque for a mean time drawn log-uniformly in [1, this] frames per "
                              "trajectory (ours); 1 redraws every frame (white noise, the release's)")
+    parser.add_argument("--through-controller", action="store_true",
+                        help="draw the noise as actions in [-1, 1] and pass them through the robot's controller "
+                             "(--control-mode; Franka position: the PD law), ours; --torque-scale and "
+                             "--torque-hold-frames act on the actions")
     parser.add_argument("--initial-states", default="data", choices=sorted(INITIAL_STATES),
                         help="where trajectories start: the robot's data-generation sampler ('data', the release's), "
                              "its task reset ('task', ours) or, for the Cartpole, near a rail stop moving slowly into "
@@ -93,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
         solver=args.solver, mass_matrix_refresh=args.mass_matrix_refresh, robot_variant=args.robot_variant,
         control_mode=args.control_mode, pd_gains=args.pd_gains,
         torque_scale=args.torque_scale, torque_hold_frames=args.torque_hold_frames,
-        initial_states=args.initial_states,
+        through_controller=args.through_controller, initial_states=args.initial_states,
         compression=None if args.compression == "none" else args.compression,
     )
     summary = generate_dataset(cfg, path, device=device_for_rank(resolve_device(args.device), rank),

@@ -119,6 +119,35 @@ def test_torque_hold_frames_holds_each_torque_for_a_random_time(tmp_path):
     assert not (tmp_path / "a.hdf5").exists()
 
 
+def test_through_controller_passes_held_random_actions_through_the_franka_pd_law(tmp_path):
+    """--through-controller with the Franka's joint-position PD: each torque is Kp·0.03125·a − Kd·q̇ (clipped) for
+    an action a in [−1, 1] read from the state it acted on, so the torques carry the controller's damping; held
+    actions (--torque-hold-frames) are held, not the torques, which follow q̇. The option refuses passive data and
+    robots whose data already goes through their controller."""
+    from nerd.envs.franka import PD_ACTION_SCALE, PD_KD, PD_KP, TORQUE_LIMITS
+
+    cfg = GenerationConfig("Franka", 32 * 20, trajectory_length=20, num_envs=32, seed=5, control_mode="position",
+                           through_controller=True, torque_hold_frames=8)
+    path = generate_dataset(cfg, tmp_path / "pd.hdf5", progress=False).path
+    assert read_attrs(path)["generator_settings"]["through_controller"] is True
+    data = load_trajectories(path, fields=("joint_acts", "states"))
+    torques, qd = data["joint_acts"].astype(np.float64), data["states"][..., 7:].astype(np.float64)
+    unclipped = np.abs(torques) < np.asarray(TORQUE_LIMITS) - 1e-3
+    actions = (torques + np.asarray(PD_KD) * qd) / (np.asarray(PD_KP) * PD_ACTION_SCALE)
+    assert unclipped.mean() > 0.99 and np.abs(actions[unclipped]).max() <= 1.0 + 1e-3
+    assert np.abs(actions).mean() > 0.4  # uniform in [-1, 1]: 0.5
+    # the damping term: the torque falls with the joint rate (white noise does not correlate with it)
+    assert np.corrcoef(torques[..., 0].ravel(), qd[..., 0].ravel())[0, 1] < -0.1
+    same_action = np.isclose(actions[:, 1:], actions[:, :-1], atol=1e-3)
+    assert 0.3 < same_action.mean() < 0.9 and not np.isclose(torques[:, 1:], torques[:, :-1]).mean() > 0.5
+    with pytest.raises(UserError, match="--passive has none"):
+        GenerationConfig("Franka", 10, passive=True, through_controller=True)
+    with pytest.raises(UserError, match="--through-controller: Anymal's data goes through its controller"):
+        generate_dataset(GenerationConfig("Anymal", 10, trajectory_length=5, num_envs=2, through_controller=True),
+                         tmp_path / "a.hdf5", progress=False)
+    assert not (tmp_path / "a.hdf5").exists()
+
+
 def test_file_layout_and_attributes(pendulum_dataset):
     """Fields are trajectory-major (num_traj, T, ...) with the documented widths and attributes."""
     path, summary = pendulum_dataset
