@@ -185,12 +185,11 @@ def _rl_config(cfg: TransferConfig) -> RLConfig:
 def check_transfer_config(cfg: TransferConfig) -> tuple[RLConfig, TrainConfig | None]:
     """Check every input of the loop before anything runs; returns the RL config and the fine-tunes' config."""
     rl_cfg = _rl_config(cfg)
+    # A missing model, a model of another robot or a file that is no checkpoint fails here, not when PPO starts.
+    loaded = {}
     for path in cfg.model_paths:
         if not Path(path).is_file():
             raise FileNotFoundError(f"NeRD model not found: {path}")
-    # A model of another robot (or a file that is no checkpoint) fails here, not when PPO starts.
-    loaded = {}
-    for path in cfg.model_paths:
         model, sig, _ = load_checkpoint(path)
         if sig.env_name != rl_cfg.env.robot:
             raise UserError(f"nerd_model_path {path} is a model of {sig.env_name}, but the task is "
