@@ -307,8 +307,8 @@ class _TorqueNoise:
     def _draw(self) -> torch.Tensor:
         """Fresh white noise: actions (n, action_dim) in [−1, 1] through the controller, else torques."""
         if self.through_controller:
-            ones = [1.0] * self.env.action_dim
-            return uniform([-x for x in ones], ones, self.n, self.generator).to(self.env.torch_device)
+            a = self.env.action_dim
+            return uniform([-1.0] * a, [1.0] * a, self.n, self.generator).to(self.env.torch_device)
         return self.env.sample_random_torques(self.n, self.generator)
 
     def next(self) -> torch.Tensor:
