@@ -23,7 +23,15 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from nerd.cli import add_common_args, check_report_outputs, make_parser, resolve_device, run_main, write_report
+from nerd.cli import (
+    add_common_args,
+    check_report_outputs,
+    make_parser,
+    quiet_warp,
+    resolve_device,
+    run_main,
+    write_report,
+)
 from nerd.datasets.hdf5 import load_trajectories
 from nerd.errors import UserError
 from nerd.rl.config import RLConfig, load_rl_config, with_num_envs
@@ -118,6 +126,7 @@ def main() -> None:
         raise UserError("give --datasets or --torque-limit: the torques are reported relative to a limit")
     output, _ = check_report_outputs(args.output, args.overwrite, plot=False)
     device = resolve_device(args.device)
+    quiet_warp()
     sources = {str(p): dataset_signals(p) for p in args.datasets}
     if args.torque_limit is not None:
         limit, limit_source = torch.tensor(args.torque_limit, dtype=torch.float64), f"{args.torque_limit} (given)"
