@@ -78,6 +78,11 @@ class NeRDEnsembleIntegrator(newton.solvers.SolverBase):
         """(N,) valid history tokens per env of the first member (members with a shorter context keep fewer)."""
         return self.lead.history_count
 
+    @property
+    def keeps_data_range(self) -> bool:
+        """Whether a member that reads the rollout's state (not a mirror member) keeps its training data's range."""
+        return any(member.keeps_data_range for member in self.members if member.mirror is None)
+
     def outside_data(self, margin: float = 0.1) -> torch.Tensor | None:
         """(N,) whether the last token lies outside the training data of any member that keeps a range (see
         :meth:`NeRDIntegrator.outside_data`); None if none does. Mirror members (the ``mirror`` option) read the

@@ -264,6 +264,11 @@ class NeRDIntegrator(newton.solvers.SolverBase):
         self._tokens[self._env_rows, position] = token
         self.history_count.add_(1).clamp_(max=self.history_length)
 
+    @property
+    def keeps_data_range(self) -> bool:
+        """Whether the model keeps its training data's range (:meth:`outside_data` can answer)."""
+        return self.data_range is not None
+
     @torch.inference_mode()
     def outside_data(self, margin: float = 0.1) -> torch.Tensor | None:
         """(N,) whether the last recorded token (the state, torques and contacts the last step read) lies outside

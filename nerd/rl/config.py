@@ -99,9 +99,16 @@ class RLEnvConfig:
     disagreement_cutoff: float | None = None
     """Our option, for an ensemble: end an episode (as a termination) once the members' disagreement exceeds this,
     in neural mode (MOReL's cut of unknown states). None: off; playback and batch evaluation ignore it."""
+    data_range_cutoff: bool = False
+    """Our option, for a model that keeps its training data's range (one model or an ensemble): end an episode (as a
+    termination) at the first neural step whose inputs lie beyond that range by more than ``data_margin``, so that
+    PPO cannot live where the model extrapolates (MOReL's cut of unknown states, judged by the data instead of by an
+    ensemble). Like ``disagreement_cutoff``, it suits tasks whose per-step rewards are mostly positive (an alive
+    bonus): where they are negative, an early end pays. False: off; playback and batch evaluation ignore it."""
     data_margin: float = 0.1
     """Playback and batch evaluation in neural mode count the steps whose inputs lie beyond the NeRD model's
-    training data by more than this fraction of each input's range (models that keep their range)."""
+    training data by more than this fraction of each input's range (models that keep their range); the margin of
+    ``data_range_cutoff`` and ``strict_data_range`` too."""
     strict_data_range: bool = False
     """Stop with an error at the first neural step beyond the training data (with ``data_margin``)."""
     compile_nerd_model: bool = False
@@ -119,7 +126,7 @@ class RLEnvConfig:
 
     def for_evaluation(self) -> RLEnvConfig:
         """A copy that reports the task's own reward: no disagreement penalty, no cutoff."""
-        return replace(self, disagreement_penalty=0.0, disagreement_cutoff=None)
+        return replace(self, disagreement_penalty=0.0, disagreement_cutoff=None, data_range_cutoff=False)
 
 
 @dataclass

@@ -50,12 +50,14 @@ class NeRDVecEnv(IVecEnv):
             this (our option); None: never.
         data_margin: With :attr:`track_outside_data`, flag the neural steps whose inputs lie beyond the model's
             training data by more than this fraction of each input's range (``infos["outside_data"]``).
+        data_range_cutoff: In neural mode, terminate an episode at such a step (our option; the model must keep
+            its training data's range).
         strict_data_range: Raise a UserError at the first such step (then checked every step).
     """
 
     def __init__(self, nenv: NeuralEnvironment, task: Task, episode_length: int | None = None, seed: int = 0,
                  disagreement_penalty: float = 0.0, disagreement_cutoff: float | None = None,
-                 data_margin: float = 0.1, strict_data_range: bool = False):
+                 data_margin: float = 0.1, strict_data_range: bool = False, data_range_cutoff: bool = False):
         if task.robot != nenv.name:
             raise ValueError(f"task '{task.name}' is for {task.robot}, but the environment is {nenv.name}")
         if task.num_envs != nenv.num_envs:
@@ -78,9 +80,13 @@ class NeRDVecEnv(IVecEnv):
         """(N, A) actions of the last step (zero after a reset), clamped to [-1, 1]."""
         self.data_margin = data_margin
         self.strict_data_range = strict_data_range
-        self.track_outside_data = strict_data_range
+        self.data_range_cutoff = data_range_cutoff
+        self.track_outside_data = strict_data_range or data_range_cutoff
         """Report ``infos["outside_data"]`` in neural mode (playback and evaluation switch it on; training leaves
-        it off, so a step pays nothing for it)."""
+        it off unless ``data_range_cutoff`` needs it, so a step pays nothing for it)."""
+        if data_range_cutoff and nenv.env_mode == NEURAL and not nenv.integrator.keeps_data_range:
+            raise UserError("data_range_cutoff needs a NeRD model that keeps its training data's range; record it "
+                            "with `python train/record_data_range.py`")
         self.disagreement_penalty = disagreement_penalty
         self.disagreement_cutoff = disagreement_cutoff
         self._uses_disagreement = disagreement_penalty > 0 or disagreement_cutoff is not None
@@ -140,6 +146,8 @@ class NeRDVecEnv(IVecEnv):
                 terms["disagreement"] = -self.disagreement_penalty * disagreement
             if self.disagreement_cutoff is not None:
                 terminated = terminated | (disagreement > self.disagreement_cutoff)
+        if self.data_range_cutoff and outside is not None:
+            terminated = terminated | outside
         rewards = torch.stack(list(terms.values())).sum(dim=0)
         time_outs = (self.progress >= self.episode_length) & ~terminated
         dones = terminated | time_outs
@@ -231,7 +239,8 @@ def make_vec_env(cfg: RLEnvConfig, device: str = "cpu", seed: int = 0) -> NeRDVe
     else:
         nenv = NeuralEnvironment(env, None, env_mode=GROUND_TRUTH)
     return NeRDVecEnv(nenv, cls(cfg.num_envs, nenv.torch_device), cfg.episode_length, seed,
-                      cfg.disagreement_penalty, cfg.disagreement_cutoff, cfg.data_margin, cfg.strict_data_range)
+                      cfg.disagreement_penalty, cfg.disagreement_cutoff, cfg.data_margin, cfg.strict_data_range,
+                      cfg.data_range_cutoff)
 
 
 def _create_from_env_config(num_actors: int | None = None, **env_config) -> NeRDVecEnv:

@@ -101,6 +101,45 @@ def test_playback_counts_the_episodes_that_leave_the_data(tmp_path):
         evaluate_policy(make_vec_env(cfg.env), zero, 4)
 
 
+def test_the_data_range_cutoff_ends_episodes_at_the_first_step_beyond_the_data(dataset, tmp_path):
+    """With ``data_range_cutoff`` an episode terminates exactly at the steps whose inputs leave the model's range (a
+    cart beyond the data's but within the task's bounds), the others run on; playback ignores the option; a model
+    without a range is refused."""
+    from nerd.rl.config import load_rl_config, with_num_envs
+    from nerd.rl.vec_env import make_vec_env
+    from tests.helpers import REPO
+
+    cfg = with_num_envs(load_rl_config(REPO / "cfg/rl/Cartpole/swingup_cpu.yaml", ["env.episode_length=50"]), 8)
+    sig = signature_of_env(make_env("Cartpole", 1))
+    model = NeRDModel(sig.input_groups, sig.target_dim, TINY)
+    low, high = torch.full((model.input_dim,), -1.0e9), torch.full((model.input_dim,), 1.0e9)
+    low[0], high[0] = -1.0, 1.0  # the data's carts stayed within 1 m; the task ends an episode beyond 4 m only
+    model.data_range = (low, high)
+    save_checkpoint(tmp_path / "m.pt", model, sig, {}, history_length=10)
+    cfg.env.nerd_model_path = str(tmp_path / "m.pt")
+    def first_step(vec_env) -> tuple[torch.Tensor, torch.Tensor]:
+        """Terminations and outside flags of one step from the reset, with the first four carts at x = 3 m."""
+        vec_env.reset()
+        states = vec_env.nenv.get_states().clone()
+        states[:4, 0] = 3.0
+        vec_env.nenv.reset(states=states)
+        vec_env.track_outside_data = True
+        _, _, _, infos = vec_env.step(torch.zeros(8, 1))
+        return infos["terminated"], infos["outside_data"]
+
+    far = torch.arange(8) < 4
+    plain_terminated, plain_outside = first_step(make_vec_env(cfg.env))
+    assert torch.equal(plain_outside, far) and not bool(plain_terminated.any())
+    cfg.env.data_range_cutoff = True
+    terminated, outside = first_step(make_vec_env(cfg.env))
+    assert torch.equal(outside, far) and torch.equal(terminated, far)
+    # The task's own episodes in playback: the option is left out, as the disagreement cutoff is.
+    assert not make_vec_env(cfg.env.for_evaluation()).data_range_cutoff
+    cfg.env.nerd_model_path = model_with_range(tmp_path / "none.pt", None, None)
+    with pytest.raises(UserError, match="data_range_cutoff needs a NeRD model that keeps"):
+        make_vec_env(cfg.env)
+
+
 def test_an_older_checkpoint_gets_the_range_of_its_data_recorded(dataset, tmp_path):
     from nerd.scripts.data_range import main
 
