@@ -117,6 +117,7 @@ def test_the_data_range_cutoff_ends_episodes_at_the_first_step_beyond_the_data(d
     model.data_range = (low, high)
     save_checkpoint(tmp_path / "m.pt", model, sig, {}, history_length=10)
     cfg.env.nerd_model_path = str(tmp_path / "m.pt")
+
     def first_step(vec_env) -> tuple[torch.Tensor, torch.Tensor]:
         """Terminations and outside flags of one step from the reset, with the first four carts at x = 3 m."""
         vec_env.reset()
