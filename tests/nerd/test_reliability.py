@@ -130,6 +130,9 @@ def test_a_stop_swallowed_by_a_finalizer_or_turned_into_another_error_still_stop
     raises while the process unwinds from a stop (a half-drawn figure's ValueError) still ends it as that stop (143)."""
     from nerd.cli import run_main
 
+    # What run_main must put back: pytest's handlers, or SIG_IGN where the suite was started in the background.
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+
     class Finalized:
         def __del__(self):
             os.kill(os.getpid(), signal.SIGINT)  # its KeyboardInterrupt is raised, printed and dropped here
@@ -156,7 +159,7 @@ def test_a_stop_swallowed_by_a_finalizer_or_turned_into_another_error_still_stop
     with pytest.raises(SystemExit) as stop:
         run_main(masked)
     assert stop.value.code == 143 and "terminated" in capsys.readouterr().err
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # pytest's handler is back
+    assert {signum: signal.getsignal(signum) for signum in before} == before  # the caller's handlers are back
 
 
 def test_a_lock_whose_file_its_holder_removed_meanwhile_is_taken_again(tmp_path, monkeypatch):
