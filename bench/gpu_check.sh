@@ -8,7 +8,8 @@
 #      captured, with the FLOP floor from an 8192^3 float32 matmul;
 #   3. PPO's training throughput (env-steps/s with the learner) for the Ant run: in NeRD with the captured frame,
 #      in NeRD without it, in the ground truth (a few epochs each);
-#   4. bench_rl for the other robots at N = 2048 (without a policy), captured beside plain;
+#   4. bench_rl for the other robots at N = 2048 (without a policy), captured beside plain, and for the Humanoid at
+#      N = 512, 2048, 8192;
 #   5. passive motion of the shipped Cartpole (H=1000) and Ant (H=500) models, 2048 rollouts, seed 500, as in the
 #      README (a check that CUDA gives the CPU's numbers, within float differences), the Ant also captured;
 #   6. the shipped Ant run policy's batch evaluation (cfg/eval/ant_run.yaml), both simulators, 2048 episodes;
@@ -28,10 +29,10 @@ mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 
 if [ "$QUICK" = 1 ]; then
-    big="--quick --num-envs 16 64"; small="--quick --num-envs 16"; sec=0.3; matmul=512
+    big="--quick --num-envs 16 64"; small="--quick --num-envs 16"; hum=$small; sec=0.3; matmul=512
     envs=16; rollouts=16; h_cart=20; h_ant=10; games=4; epochs=2; ppo_epochs=2; ppo_envs=16; transitions=2000
 else
-    big="--num-envs 512 2048 8192"; small="--num-envs 2048"; sec=1; matmul=8192
+    big="--num-envs 512 2048 8192"; small="--num-envs 2048"; hum="--num-envs 512 2048 8192"; sec=1; matmul=8192
     envs=2048; rollouts=2048; h_cart=1000; h_ant=500; games=2048; epochs=20; ppo_epochs=10; ppo_envs=2048
     transitions=200000
 fi
@@ -67,6 +68,8 @@ phase() {
     done
     phase rl_others 90 $PY bench/bench_rl.py --device "$DEV" --robots PendulumWithContact Franka CubeToss $small \
         --capture-frame --seconds $sec --repeats 3 --matmul-size $matmul --output "$W/rl_others.json"
+    phase rl_humanoid 90 $PY bench/bench_rl.py --device "$DEV" --robots Humanoid $hum --capture-frame \
+        --seconds $sec --repeats 3 --matmul-size $matmul --output "$W/rl_humanoid.json"
     phase eval_cartpole 60 $PY eval/eval_passive_motion.py --env-name Cartpole --env-mode neural \
         --model-path pretrained_models/NeRD_models/Cartpole/model.pt --num-envs $envs --num-rollouts $rollouts \
         --rollout-horizon $h_cart --seed 500 --device "$DEV" --output "$W/cartpole_passive.json"
