@@ -10,6 +10,9 @@ One YAML file (:class:`TransferConfig`, ``cfg/transfer/``) describes the whole l
    next round's PPO steps in the fine-tuned models. The models' one-step error on the fresh data is recorded
    before and after (and an ensemble's disagreement against it, :mod:`nerd.calibration`).
 
+``stages`` change some of these settings from a given round on (:class:`StageConfig`), so that a recipe of several
+stages is one config.
+
 Without ``refine`` the loop is the faithful recipe: the same PPO, in the same model from the first to the last
 epoch. With ``ppo_simulator: ground-truth`` it is the control: the same PPO rounds in the analytical simulator.
 After the last round the final policy is evaluated in both simulators (:mod:`nerd.rl.batch_eval`; optionally
@@ -41,7 +44,7 @@ import yaml
 
 from nerd.calibration import ensemble_calibration
 from nerd.checkpoint import load_checkpoint
-from nerd.config import ConfigError, check_range, differences, load_config, to_dict
+from nerd.config import ConfigError, apply_overrides, check_range, differences, from_dict, load_config, to_dict
 from nerd.datasets.windows import dataset_files
 from nerd.errors import UserError
 from nerd.modes import GROUND_TRUTH, NEURAL
@@ -56,11 +59,11 @@ STATE_FILE = "loop.json"
 """The loop's record of its finished stages, in the loop directory."""
 LOOP_DIR_ENTRIES = (STATE_FILE, "config.yaml", "git.yaml", "eval.json", "eval.md", "eval.png")
 """The loop's own files in its directory (beside its ``round_<k>`` folders)."""
-ADDED_KEYS = {("ppo_simulator",): NEURAL, ("refine", "policy_weight"): 1.0}
+ADDED_KEYS = {("ppo_simulator",): NEURAL, ("refine", "policy_weight"): 1.0, ("stages",): []}
 """Config keys added after loops were recorded, with the value those loops ran with (a resume compares configs; a
 key of a section is added where the loop has that section)."""
 EXTENSION_KEYS = (("epochs_per_round",), ("refine", "stochastic"), ("refine", "finetune_minutes"),
-                  ("refine", "base_train"), ("refine", "base_valid"), ("refine", "policy_weight"))
+                  ("refine", "base_train"), ("refine", "base_valid"), ("refine", "policy_weight"), ("stages",))
 """Settings a resume that adds rounds may change: they act only on the stages it runs (each round records the
 epoch its PPO ended at, the value its data was collected with, its fine-tune's minutes and base data), never on a
 stage the loop has run. E.g. fewer epochs per round with shorter fine-tunes refine the model more often at the same
@@ -129,6 +132,29 @@ class LoopEvalConfig:
         check_range("num_envs", self.num_envs, low=1)
 
 
+STAGE_KEYS = tuple(".".join(key) for key in EXTENSION_KEYS if key != ("stages",))
+"""The settings a stage may change: those that act only on the rounds and refinements that use them."""
+
+
+@dataclass
+class StageConfig:
+    """Settings that change from one round on, so that a recipe of several stages is one config (our option)."""
+
+    from_round: int
+    """The first PPO round the settings apply to; the refinement before it (of the models that round trains in)
+    uses them too."""
+    overrides: list[str] = field(default_factory=list)
+    """``key=value`` settings of :data:`STAGE_KEYS`, e.g. ``epochs_per_round=10`` or ``refine.base_train=[]``."""
+
+    def __post_init__(self) -> None:
+        check_range("from_round", self.from_round, low=1)
+        for item in self.overrides:
+            key = item.split("=", 1)[0]
+            if "=" not in item or key not in STAGE_KEYS:
+                raise ConfigError(f"config key 'overrides': a stage sets {', '.join(STAGE_KEYS)} as key=value, "
+                                  f"got '{item}'")
+
+
 @dataclass
 class TransferConfig:
     """One task's transfer loop. Relative paths are relative to the working directory of the command."""
@@ -152,6 +178,10 @@ class TransferConfig:
     analytical simulator (no ``refine``); its final policy is still evaluated in both simulators."""
     evaluation: LoopEvalConfig = field(default_factory=LoopEvalConfig)
     """Evaluation in both simulators."""
+    stages: list[StageConfig] = field(default_factory=list)
+    """Later stages of the recipe, in the order of their ``from_round``: each changes the settings it names from
+    its round on (the settings above are the first stage's). E.g. 4 rounds of 50 epochs, then rounds of 10 epochs
+    whose fine-tunes use the policy data alone."""
 
     def __post_init__(self) -> None:
         check_range("rounds", self.rounds, low=1)
@@ -162,11 +192,32 @@ class TransferConfig:
         if self.ppo_simulator == GROUND_TRUTH and self.refine is not None:
             raise ConfigError("config key 'refine': a loop whose PPO trains in the ground truth has no model to "
                               "refine; drop 'refine' or set ppo_simulator: neural")
+        for k, stage in enumerate(self.stages):
+            if k and stage.from_round <= self.stages[k - 1].from_round:
+                raise ConfigError(f"config key 'stages[{k}].from_round': the stages must start at increasing "
+                                  f"rounds, got {stage.from_round} after {self.stages[k - 1].from_round}")
+            if self.refine is None and any(item.startswith("refine.") for item in stage.overrides):
+                raise ConfigError(f"config key 'stages[{k}].overrides': a loop without 'refine' has no refine "
+                                  "settings to change")
+            self.for_round(stage.from_round)  # every stage's settings validate now, not after hours of PPO
 
     @property
     def model_paths(self) -> list[str]:
         """The starting model(s) as a list."""
         return [self.nerd_model_path] if isinstance(self.nerd_model_path, str) else list(self.nerd_model_path)
+
+    def for_round(self, k: int) -> TransferConfig:
+        """The settings PPO round ``k`` runs with (and the refinement of the models it trains in): the config with
+        the overrides of every stage that starts at round ``k`` or before."""
+        overrides = [item for stage in self.stages if stage.from_round <= k for item in stage.overrides]
+        if not overrides:
+            return self
+        data = apply_overrides({**to_dict(self), "stages": []}, overrides)
+        where = ", ".join(f"stages[{i}]" for i, stage in enumerate(self.stages) if stage.from_round <= k)
+        try:
+            return from_dict(TransferConfig, data)
+        except ConfigError as err:
+            raise ConfigError(f"{err} (set by {where})") from None
 
 
 def load_transfer_config(path: str | Path, overrides: list[str] | None = None) -> TransferConfig:
@@ -200,15 +251,16 @@ def check_transfer_config(cfg: TransferConfig) -> tuple[RLConfig, TrainConfig | 
         train_cfg = load_config(cfg.refine.train_cfg, TrainConfig, cfg.refine.train_overrides)
         if train_cfg.env_name != rl_cfg.env.robot:
             raise UserError(f"refine.train_cfg trains {train_cfg.env_name}, but the task is {rl_cfg.env.robot}'s")
-        for path in cfg.refine.base_train + cfg.refine.base_valid:
-            if not Path(path).exists():
-                raise FileNotFoundError(f"dataset not found: {path} (refine.base_train / refine.base_valid)")
-            dataset_files(path)  # a folder without parts fails here, not at the first fine-tune after hours of PPO
+        for refine in [cfg.refine] + [cfg.for_round(stage.from_round).refine for stage in cfg.stages]:
+            for path in refine.base_train + refine.base_valid:
+                if not Path(path).exists():
+                    raise FileNotFoundError(f"dataset not found: {path} (refine.base_train / refine.base_valid)")
+                dataset_files(path)  # a folder without parts fails here, not at a fine-tune after hours of PPO
+            if not refine.base_valid and refine.valid_fraction == 0:
+                raise ConfigError("config key 'refine.valid_fraction': the fine-tunes need validation data; give "
+                                  "refine.base_valid or a positive valid_fraction")
         for path in cfg.model_paths:
             check_init_from(train_cfg, path, loaded[path])  # the first fine-tune runs after hours of PPO
-        if not cfg.refine.base_valid and cfg.refine.valid_fraction == 0:
-            raise ConfigError("config key 'refine.valid_fraction': the fine-tunes need validation data; give "
-                              "refine.base_valid or a positive valid_fraction")
     return rl_cfg, train_cfg
 
 
@@ -493,7 +545,8 @@ def _ppo_round(cfg: TransferConfig, rl_cfg: RLConfig, models: list[str], previou
         return record["policy"]
     run_cfg = copy.deepcopy(rl_cfg)
     run_cfg.env.nerd_model_path = models[0] if len(models) == 1 else list(models)
-    epochs = state.end_epoch(k - 1) + cfg.epochs_per_round
+    per_round = cfg.for_round(k).epochs_per_round
+    epochs = state.end_epoch(k - 1) + per_round
     if progress:
         where = f"NeRD ({', '.join(models)})" if cfg.ppo_simulator == NEURAL else "the ground truth"
         print(f"round {k}: PPO in {where} up to epoch {epochs}", flush=True)
@@ -506,7 +559,7 @@ def _ppo_round(cfg: TransferConfig, rl_cfg: RLConfig, models: list[str], previou
         record["ppo_resumed_from_epoch"] = summary["resumed_from_epoch"]
     record.update(policy=summary["last_checkpoint"], ppo_epoch_end=epochs, nerd_models=list(models),
                   ppo_simulator=cfg.ppo_simulator,
-                  ppo_env_steps=cfg.epochs_per_round * run_cfg.env.num_envs * config["horizon_length"],
+                  ppo_env_steps=per_round * run_cfg.env.num_envs * config["horizon_length"],
                   ppo_seconds=summary["train_seconds"],
                   train_reward=summary["epochs"][-1]["mean_episode_reward"] if summary["epochs"] else None)
     state.save()
@@ -515,7 +568,7 @@ def _ppo_round(cfg: TransferConfig, rl_cfg: RLConfig, models: list[str], previou
 
 def _collect(cfg: TransferConfig, rl_cfg: RLConfig, policy: str, k: int, round_dir: Path, record: dict[str, Any],
              state: _LoopState, device: str, seed: int, progress: bool) -> dict[str, str]:
-    refine = cfg.refine
+    refine = cfg.for_round(k + 1).refine  # the data of the models round k + 1 trains in
     if "data" in record:
         return record["data"]
     total = math.ceil(refine.gt_fraction * record["ppo_env_steps"])
@@ -544,7 +597,7 @@ def _collect(cfg: TransferConfig, rl_cfg: RLConfig, policy: str, k: int, round_d
 def _refine(cfg: TransferConfig, train_cfg: TrainConfig, models: list[str], data: dict[str, str], k: int,
             round_dir: Path, record: dict[str, Any], state: _LoopState, device: str, seed: int, progress: bool
             ) -> list[str]:
-    refine = cfg.refine
+    refine = cfg.for_round(k + 1).refine  # the models round k + 1 trains in
     if "refined_models" in record:
         return record["refined_models"]
     rounds = state.data["rounds"][: k + 1]

@@ -556,6 +556,48 @@ def test_an_extension_may_refine_more_often_with_shorter_rounds_and_fine_tunes(t
     assert [r["ppo_epoch_end"] for r in table["loop"]["rounds"]] == [2, 4, 5, 6]
 
 
+def test_stages_change_the_settings_from_their_round_on_in_one_config(tiny, tmp_path, capsys):
+    """A recipe of two stages in one config: rounds of 2 epochs with noisy data and the base data, then from round 1
+    rounds of 1 epoch whose refinements (the one before round 1 included) use mean-action data and the policy data
+    alone; each round records what it ran with, as an extension of a finished loop would have."""
+    _, (a, _), _ = tiny
+    stage = {"from_round": 1, "overrides": ["epochs_per_round=1", "refine.base_train=[]", "refine.base_valid=[]",
+                                            "refine.stochastic=false"]}
+    cfg = loop_config(tmp_path, [a], rounds=3, epochs_per_round=2, stages=[stage])
+    assert cfg.for_round(0) is cfg and cfg.for_round(0).refine.stochastic is True
+    assert cfg.for_round(2).epochs_per_round == 1 and cfg.for_round(2).refine.base_train == []
+    table = run_transfer_loop(cfg, tmp_path / "loop")
+    assert "0 base + 1 policy data files" in capsys.readouterr().out
+    rounds = json.loads((tmp_path / "loop/loop.json").read_text())["rounds"]
+    assert [r["ppo_epoch_end"] for r in rounds] == [2, 3, 4]
+    assert [r["ppo_env_steps"] for r in rounds] == [2 * 8 * 32, 8 * 32, 8 * 32]
+    assert [r.get("stochastic") for r in rounds] == [False, False, None]
+    assert [r.get("finetune_base_data") for r in rounds] == [0, 0, None]
+    assert read_attrs(rounds[0]["data"]["train"])["policy_data"]["stochastic"] is False
+    assert table["loop"]["ppo_env_steps"] == 4 * 8 * 32
+    assert torch.load(tmp_path / "loop/round_2/ppo/nn/last.pth", map_location="cpu", weights_only=False)["epoch"] == 4
+    # A resume keeps the stages; other stages are another config unless the resume adds rounds.
+    with pytest.raises(UserError, match="another config"):
+        run_transfer_loop(replace(cfg, stages=[]), tmp_path / "loop", resume=True, progress=False)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"stages": [{"from_round": 1, "overrides": ["rounds=5"]}]}, "'stages\\[0\\].overrides': a stage sets epochs_per"),
+    ({"stages": [{"from_round": 0}]}, "'stages\\[0\\].from_round': must be >= 1"),
+    ({"stages": [{"from_round": 2}, {"from_round": 1}]}, "'stages\\[1\\].from_round': the stages must start at"),
+    ({"stages": [{"from_round": 1, "overrides": ["epochs_per_round=many"]}]},
+     "'epochs_per_round': expected an integer.*set by stages\\[0\\]"),
+    ({"stages": [{"from_round": 1, "overrides": ["refine.policy_weight=-1"]}]}, "'refine.policy_weight': must be > 0"),
+    ({"stages": [{"from_round": 1, "oops": 1}]}, "unknown config key 'stages\\[0\\].oops'"),
+    ({"refine": None, "stages": [{"from_round": 1, "overrides": ["refine.stochastic=false"]}]},
+     "'stages\\[0\\].overrides': a loop without 'refine'"),
+])
+def test_a_stage_that_cannot_be_run_is_a_config_error_naming_it(tiny, tmp_path, changes, message):
+    _, (a, _), _ = tiny
+    with pytest.raises(ConfigError, match=message):
+        loop_config(tmp_path, [a], rounds=3, **changes)
+
+
 def test_ground_truth_control_trains_in_the_ground_truth_and_resumes_older_loops(tiny, tmp_path, capsys):
     """ppo_simulator: ground-truth runs the same PPO rounds in the analytical simulator, evaluated in both; it
     cannot refine; a loop recorded before the key existed (a neural loop) still resumes."""
