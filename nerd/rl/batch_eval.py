@@ -13,7 +13,7 @@ whose episodes all diverge fails the evaluation (:func:`nerd.rl.playback.evaluat
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ import numpy as np
 from nerd.config import to_dict
 from nerd.errors import UserError
 from nerd.modes import GROUND_TRUTH, NEURAL, EnvMode
-from nerd.rl.config import load_rl_config
+from nerd.rl.config import RLEnvConfig, load_rl_config
 from nerd.rl.playback import evaluate_policy
 from nerd.rl.policy import load_policy
 from nerd.rl.vec_env import check_env_config, make_vec_env
@@ -42,6 +42,9 @@ class PolicyEvalConfig:
     nerd_model_path: str | list[str] | None = None
     """NeRD checkpoint for the neural simulator, or several for their ensemble (default: the RL config's
     ``env.nerd_model_path``)."""
+    policy_nerd_models: list[str | list[str]] | None = None
+    """Per checkpoint, in their order, the NeRD model (or ensemble) that policy plays in, e.g. the last model of each
+    seed's transfer loop, so that the seeds pool into one row; None: every policy plays in ``nerd_model_path``."""
     nerd_mirror: bool | None = None
     """Average each NeRD model's prediction with its mirror image's (our option; default: the RL config's
     ``env.nerd_mirror``)."""
@@ -79,6 +82,13 @@ def relative_gap(neural: float, gt: float) -> float | None:
     return None if gt == 0 else (neural - gt) / abs(gt)
 
 
+def _policy_env_config(cfg: PolicyEvalConfig, env_cfg: RLEnvConfig, index: int) -> RLEnvConfig:
+    """The simulator checkpoint ``index`` plays in: in NeRD, its own model where the config gives one per policy."""
+    if env_cfg.env_mode != NEURAL or cfg.policy_nerd_models is None:
+        return env_cfg
+    return replace(env_cfg, nerd_model_path=cfg.policy_nerd_models[index])
+
+
 def batch_evaluate(cfg: PolicyEvalConfig, device: str = "cpu", progress: bool = True) -> dict[str, Any]:
     """Evaluate every checkpoint in every simulator; returns the JSON-ready table (see :func:`format_markdown`)."""
     if not cfg.checkpoints:
@@ -88,6 +98,12 @@ def batch_evaluate(cfg: PolicyEvalConfig, device: str = "cpu", progress: bool = 
     for path in cfg.checkpoints:
         if not Path(path).is_file():
             raise FileNotFoundError(f"policy checkpoint not found: {path}")
+    if cfg.policy_nerd_models is not None:
+        if cfg.nerd_model_path is not None:
+            raise UserError("the eval config sets both nerd_model_path and policy_nerd_models: keep one")
+        if len(cfg.policy_nerd_models) != len(cfg.checkpoints):
+            raise UserError(f"policy_nerd_models lists {len(cfg.policy_nerd_models)} models for "
+                            f"{len(cfg.checkpoints)} checkpoints: give one per checkpoint, in their order")
     rl_cfg = load_rl_config(cfg.rl_cfg)
     rl_cfg.env.num_envs = min(cfg.num_envs, cfg.num_games)
     if cfg.nerd_model_path is not None:
@@ -100,27 +116,35 @@ def batch_evaluate(cfg: PolicyEvalConfig, device: str = "cpu", progress: bool = 
     for simulator in dict.fromkeys(cfg.simulators):
         env_cfg = rl_cfg.env.for_evaluation()  # the task's own reward, without a training-time penalty
         env_cfg.env_mode = simulator
-        check_env_config(env_cfg)
         env_cfgs[simulator] = env_cfg
+        for index in range(len(cfg.checkpoints)):
+            check_env_config(_policy_env_config(cfg, env_cfg, index))  # every model, before any evaluation
 
-    results: dict[str, dict[str, dict[str, Any]]] = {sim: {} for sim in env_cfgs}  # evaluate_policy's, per policy
+    results: dict[str, list[dict[str, Any]]] = {sim: [] for sim in env_cfgs}  # evaluate_policy's, per checkpoint
     for simulator, env_cfg in env_cfgs.items():
-        vec_env = make_vec_env(env_cfg, device, cfg.seed)
+        vec_env, built_for = None, None
         for index, path in enumerate(cfg.checkpoints):
+            policy_env_cfg = _policy_env_config(cfg, env_cfg, index)
+            if policy_env_cfg != built_for:  # one simulator per model (the previous one freed first)
+                vec_env, built_for = None, None
+                vec_env, built_for = make_vec_env(policy_env_cfg, device, cfg.seed), policy_env_cfg
             act = load_policy(rl_cfg, path, vec_env.get_env_info(), device)
             result = evaluate_policy(vec_env, act, cfg.num_games, cfg.seed, progress=progress,
                                      desc=f"{simulator}, policy {index + 1}/{len(cfg.checkpoints)}")
-            results[simulator][path] = result
+            results[simulator].append(result)
             if progress:
                 note = f", {result['num_diverged']} diverged" if result["num_diverged"] else ""
                 print(f"{simulator:>12}  {path}: {result['mean_reward']:.2f} ± {result['std_reward']:.2f} "
                       f"(length {result['mean_length']:.1f}{note})", flush=True)
 
     rows = []
-    for name, picked in [(path, [path]) for path in cfg.checkpoints] + [("all", cfg.checkpoints)]:
+    everyone = list(range(len(cfg.checkpoints)))
+    for name, picked in [(path, [index]) for index, path in enumerate(cfg.checkpoints)] + [("all", everyone)]:
         row: dict[str, Any] = {"policy": name}
+        if cfg.policy_nerd_models is not None and name != "all":
+            row["nerd_model"] = cfg.policy_nerd_models[picked[0]]
         for simulator in env_cfgs:
-            cells = [results[simulator][path] for path in picked]
+            cells = [results[simulator][index] for index in picked]
             pooled = [r for cell in cells for r in cell["episode_rewards"]]
             pooled_lengths = [n for cell in cells for n in cell["episode_lengths"]]
             row[simulator] = {**_stats(pooled), "mean_length": float(np.mean(pooled_lengths)),
@@ -137,12 +161,17 @@ def format_markdown(table: dict[str, Any]) -> str:
     """The table as Markdown: one row per policy plus the pooled row."""
     sims = table["simulators"]
     has_gap = GROUND_TRUTH in sims and NEURAL in sims
-    header = ["policy"] + [f"{sim} reward" for sim in sims] + (["gap (neural − GT) / abs(GT)"] if has_gap else [])
+    per_model = any("nerd_model" in row for row in table["rows"])
+    header = (["policy"] + (["NeRD model"] if per_model else []) + [f"{sim} reward" for sim in sims]
+              + (["gap (neural − GT) / abs(GT)"] if has_gap else []))
     lines = [f"{table['robot']} {table['task']}: mean ± std episode reward over "
              f"{table['rows'][0][sims[0]]['num_games']} episodes per policy (seed {table['config']['seed']})", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in table["rows"]:
         cells = [f"**{row['policy']}**" if row["policy"] == "all" else row["policy"]]
+        if per_model:
+            model = row.get("nerd_model", "")
+            cells.append(", ".join(model) if isinstance(model, list) else model)
         cells += [f"{row[sim]['mean']:.1f} ± {row[sim]['std']:.1f}"
                   + (f" ({row[sim]['num_diverged']} diverged)" if row[sim].get("num_diverged") else "")
                   for sim in sims]

@@ -12,11 +12,12 @@ import torch
 import yaml
 
 from nerd.checkpoint import save_checkpoint
-from nerd.config import ConfigError, load_config
+from nerd.config import ConfigError, from_dict, load_config
 from nerd.envs import make_env
+from nerd.errors import UserError
 from nerd.features import signature_of_env
 from nerd.models.nerd_model import NeRDModel
-from nerd.rl.batch_eval import PolicyEvalConfig
+from nerd.rl.batch_eval import PolicyEvalConfig, batch_evaluate, format_markdown
 from nerd.rl.config import RL_GAMES_CONFIG_KEYS, load_rl_config, resolve_params, with_num_envs
 from nerd.rl.playback import evaluate_policy, format_playback
 from nerd.rl.tasks import task_class
@@ -159,6 +160,40 @@ def test_batch_evaluation_writes_the_table(trained_policy, tiny_nerd_model, tmp_
     assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
     markdown = out.with_suffix(".md").read_text()
     assert "| **all** |" in markdown and "gap (neural − GT) / abs(GT)" in markdown and "| **all** |" in stdout
+
+
+def test_batch_evaluation_pools_policies_that_each_play_in_their_own_model(trained_policy, tiny_nerd_model, tmp_path,
+                                                                         monkeypatch, capsys):
+    """policy_nerd_models: each checkpoint plays in NeRD in its own model (a transfer loop's seeds) and the seeds
+    pool into one row; the ground truth is the same for both, a model given twice scores what nerd_model_path does,
+    and a list of the wrong length or beside nerd_model_path is a one-line error."""
+    ckpt = str(trained_policy / "nn" / "last.pth")
+    sig = signature_of_env(make_env("Cartpole", 1))
+    torch.manual_seed(7)
+    other = str(tmp_path / "other.pt")
+    save_checkpoint(other, NeRDModel(sig.input_groups, sig.target_dim, TINY), sig, {"history_length": 10},
+                    history_length=10)
+    base = {"rl_cfg": CARTPOLE_CFG, "checkpoints": [ckpt, ckpt], "num_games": 3, "num_envs": 3,
+            "episode_length": 20}
+
+    def table(**changes):
+        cfg = from_dict(PolicyEvalConfig, {**base, **changes})
+        return batch_evaluate(cfg, progress=False)
+
+    mixed = table(policy_nerd_models=[tiny_nerd_model, other])
+    first, second, pooled = mixed["rows"]
+    assert first["nerd_model"] == tiny_nerd_model and second["nerd_model"] == other and "nerd_model" not in pooled
+    assert first["ground-truth"] == second["ground-truth"]
+    assert first["neural"]["mean"] != second["neural"]["mean"]
+    assert pooled["neural"]["mean"] == pytest.approx((first["neural"]["mean"] + second["neural"]["mean"]) / 2)
+    one = table(nerd_model_path=tiny_nerd_model)["rows"][0]
+    assert first["neural"] == one["neural"]
+    assert "| NeRD model |" in format_markdown(mixed)
+    for changes, message in [({"policy_nerd_models": [other]}, "lists 1 models for 2 checkpoints"),
+                             ({"policy_nerd_models": [other, other], "nerd_model_path": other}, "keep one"),
+                             ({"policy_nerd_models": [other, "missing.pt"]}, "NeRD model not found: missing.pt")]:
+        with pytest.raises((UserError, FileNotFoundError), match=message):
+            table(**changes)
 
 
 @pytest.mark.parametrize("args,message", [
