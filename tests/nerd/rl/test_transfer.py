@@ -28,7 +28,8 @@ from nerd.rl.playback import play_policy
 from nerd.rl.policy import load_rl_games_checkpoint
 from nerd.rl.policy_data import collect_policy_data
 from nerd.rl.train import KEPT_STATE, ProgressObserver, train_policy
-from nerd.rl.transfer import TransferConfig, run_transfer_loop
+from nerd.rl.transfer import run_transfer_loop
+from nerd.rl.transfer_config import TransferConfig
 from nerd.rl.vec_env import make_vec_env
 from tests.helpers import REPO, TINY
 
@@ -648,7 +649,7 @@ def test_calibration_measures_the_ensemble_against_the_true_error(tiny, tmp_path
 def test_shipped_transfer_configs_are_valid(path, monkeypatch):
     """Every shipped loop config validates; its RL config, NeRD models and fine-tune config exist and drive the robot
     of its folder (the datasets are the user's to generate, as the config's header says)."""
-    from nerd.rl.transfer import load_transfer_config
+    from nerd.rl.transfer_config import load_transfer_config
 
     monkeypatch.chdir(REPO)
     cfg = load_transfer_config(path)
