@@ -25,7 +25,12 @@ key of a section is added where the loop has that section)."""
 
 
 class LoopRecord:
-    """``loop.json``: the outputs of the finished stages, written atomically after each one."""
+    """``loop.json``: the outputs of the finished stages, written atomically after each one.
+
+    Opening the record of a loop that exists checks the resolved ``config`` against the one it recorded (only the
+    evaluation settings, the round count and, when rounds are added, the extension settings may differ) and
+    applies the resume: more rounds keep the earlier final evaluation, fewer end an unfinished loop sooner.
+    """
 
     def __init__(self, logdir: Path, config: dict[str, Any]):
         self.path = logdir / STATE_FILE
