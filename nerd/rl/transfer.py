@@ -51,7 +51,7 @@ from nerd.rl.batch_eval import PolicyEvalConfig, batch_evaluate, format_markdown
 from nerd.rl.config import RLConfig
 from nerd.rl.policy_data import collect_policy_data
 from nerd.rl.train import interrupted_run_state, train_policy
-from nerd.rl.transfer_config import TransferConfig, check_transfer_config, load_transfer_config
+from nerd.rl.transfer_config import RefineConfig, TransferConfig, check_transfer_config, load_transfer_config
 from nerd.rl.transfer_record import STATE_FILE, LoopRecord, format_cost, loop_cost
 from nerd.run_dir import ExclusiveLock, new_run_dir, write_run_record
 from nerd.training import TrainConfig, train
@@ -142,13 +142,14 @@ def _run_loop(cfg: TransferConfig, rl_cfg: RLConfig, train_cfg: TrainConfig | No
             record["eval"] = _table_cells(table)
             state.save()
         if cfg.refine is not None and k < cfg.rounds - 1:
-            data = _collect(cfg, rl_cfg, policy, k, round_dir, record, state, device, seed, progress)
+            refine = cfg.for_round(k + 1).refine  # the settings of the models round k + 1 trains in
+            data = _collect(refine, rl_cfg, policy, k, round_dir, record, state, device, seed, progress)
             if "model_error" not in record:
                 # The models' one-step error (and an ensemble's disagreement against it) on the policy's fresh
                 # ground-truth data, which they have not been trained on.
                 record["model_error"] = ensemble_calibration(models, data["train"], device=device)
                 state.save()
-            models = _refine(cfg, train_cfg, models, data, k, round_dir, record, state, device, seed, progress)
+            models = _refine(refine, train_cfg, models, data, k, round_dir, record, state, device, seed, progress)
             if "valid" in data and "refined_model_error_valid" not in record:
                 # Before and after the fine-tune, on the round's held-out part (neither model trained on it).
                 record["model_error_valid"] = ensemble_calibration(record["nerd_models"], data["valid"],
@@ -203,9 +204,8 @@ def _ppo_round(cfg: TransferConfig, rl_cfg: RLConfig, models: list[str], previou
     return record["policy"]
 
 
-def _collect(cfg: TransferConfig, rl_cfg: RLConfig, policy: str, k: int, round_dir: Path, record: dict[str, Any],
+def _collect(refine: RefineConfig, rl_cfg: RLConfig, policy: str, k: int, round_dir: Path, record: dict[str, Any],
              state: LoopRecord, device: str, seed: int, progress: bool) -> dict[str, str]:
-    refine = cfg.for_round(k + 1).refine  # the data of the models round k + 1 trains in
     if "data" in record:
         return record["data"]
     total = math.ceil(refine.gt_fraction * record["ppo_env_steps"])
@@ -231,10 +231,9 @@ def _collect(cfg: TransferConfig, rl_cfg: RLConfig, policy: str, k: int, round_d
     return data
 
 
-def _refine(cfg: TransferConfig, train_cfg: TrainConfig, models: list[str], data: dict[str, str], k: int,
+def _refine(refine: RefineConfig, train_cfg: TrainConfig, models: list[str], data: dict[str, str], k: int,
             round_dir: Path, record: dict[str, Any], state: LoopRecord, device: str, seed: int, progress: bool
             ) -> list[str]:
-    refine = cfg.for_round(k + 1).refine  # the models round k + 1 trains in
     if "refined_models" in record:
         return record["refined_models"]
     rounds = state.data["rounds"][: k + 1]
