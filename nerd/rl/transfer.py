@@ -34,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import math
 import shutil
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -51,7 +50,13 @@ from nerd.rl.batch_eval import PolicyEvalConfig, batch_evaluate, format_markdown
 from nerd.rl.config import RLConfig
 from nerd.rl.policy_data import collect_policy_data
 from nerd.rl.train import interrupted_run_state, train_policy
-from nerd.rl.transfer_config import RefineConfig, TransferConfig, check_transfer_config, load_transfer_config
+from nerd.rl.transfer_config import (
+    RefineConfig,
+    TransferConfig,
+    check_transfer_config,
+    load_transfer_config,
+    ppo_env_steps,
+)
 from nerd.rl.transfer_record import STATE_FILE, LoopRecord, format_cost, loop_cost
 from nerd.run_dir import ExclusiveLock, new_run_dir, write_run_record
 from nerd.training import TrainConfig, train
@@ -191,13 +196,12 @@ def _ppo_round(cfg: TransferConfig, rl_cfg: RLConfig, models: list[str], previou
     resume = interrupted_run_state(round_dir / "ppo", epochs)[0] is not None
     summary = train_policy(run_cfg, round_dir / "ppo", device, seed, max_epochs=epochs, progress=progress,
                            overwrite=True, init_from=None if resume else previous, resume=resume)
-    config = run_cfg.params["config"]
     if resume:
         # ppo_seconds then counts only the epochs after this one.
         record["ppo_resumed_from_epoch"] = summary["resumed_from_epoch"]
     record.update(policy=summary["last_checkpoint"], ppo_epoch_end=epochs, nerd_models=list(models),
                   ppo_simulator=cfg.ppo_simulator,
-                  ppo_env_steps=per_round * run_cfg.env.num_envs * config["horizon_length"],
+                  ppo_env_steps=ppo_env_steps(cfg.for_round(k), run_cfg),
                   ppo_seconds=summary["train_seconds"],
                   train_reward=summary["epochs"][-1]["mean_episode_reward"] if summary["epochs"] else None)
     state.save()
@@ -208,9 +212,7 @@ def _collect(refine: RefineConfig, rl_cfg: RLConfig, policy: str, k: int, round_
              state: LoopRecord, device: str, seed: int, progress: bool) -> dict[str, str]:
     if "data" in record:
         return record["data"]
-    total = math.ceil(refine.gt_fraction * record["ppo_env_steps"])
-    parts = {"valid": math.ceil(refine.valid_fraction * total)}
-    parts["train"] = total - parts["valid"]
+    parts = refine.data_parts(record["ppo_env_steps"])
     data, cost = {}, {}
     for offset, (name, transitions) in enumerate(sorted(parts.items())):
         if transitions == 0:

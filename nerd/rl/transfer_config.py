@@ -5,6 +5,7 @@ checked before anything runs (:func:`check_transfer_config`). The loop itself: :
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -67,6 +68,30 @@ class RefineConfig:
         check_range("finetune_minutes", self.finetune_minutes, low=0, low_open=True)
         check_range("policy_weight", self.policy_weight, low=0, low_open=True)
         check_range("trajectory_length", self.trajectory_length, low=1)
+
+    def data_parts(self, env_steps: int) -> dict[str, int]:
+        """Ground-truth transitions to collect after a PPO round of ``env_steps``, per part (``train``, ``valid``):
+        ``gt_fraction`` of them, ``valid_fraction`` of that held out. The collector writes whole trajectories, so a
+        part too small for one of ``trajectory_length`` frames gets one where the budget also holds the training
+        part's, and none otherwise (the base validation data then stand alone): the round never simulates more than
+        its budget. A budget without a whole training trajectory, or without validation data of any kind, is a
+        :class:`ConfigError`."""
+        total = math.floor(self.gt_fraction * env_steps)
+        length = self.trajectory_length
+        valid = math.ceil(self.valid_fraction * total)
+        if 0 < valid < length:
+            valid = length if total >= 2 * length else 0
+        if total - valid < length:
+            raise ConfigError(f"config key 'refine.gt_fraction': {self.gt_fraction:g} of a round's {env_steps} PPO "
+                              f"env-steps is {total} ground-truth transitions, less than one trajectory of "
+                              f"refine.trajectory_length {length} for the fine-tunes' training data; raise "
+                              "gt_fraction or epochs_per_round, or shorten trajectory_length")
+        if valid == 0 and not self.base_valid:
+            raise ConfigError(f"config key 'refine.gt_fraction': {self.gt_fraction:g} of a round's {env_steps} PPO "
+                              f"env-steps is {total} ground-truth transitions, too few for a training and a "
+                              f"validation trajectory of refine.trajectory_length {length}; give "
+                              "refine.base_valid, raise gt_fraction or shorten trajectory_length")
+        return {"train": total - valid, "valid": valid}
 
 
 @dataclass
@@ -188,6 +213,11 @@ def loop_rl_config(cfg: TransferConfig) -> RLConfig:
     return rl_cfg
 
 
+def ppo_env_steps(cfg: TransferConfig, rl_cfg: RLConfig) -> int:
+    """Env-steps of one PPO round of ``cfg`` (one of :meth:`TransferConfig.for_round`'s configs)."""
+    return cfg.epochs_per_round * rl_cfg.env.num_envs * rl_cfg.params["config"]["horizon_length"]
+
+
 def check_transfer_config(cfg: TransferConfig) -> tuple[RLConfig, TrainConfig | None]:
     """Check every input of the loop before anything runs; returns the RL config and the fine-tunes' config."""
     rl_cfg = loop_rl_config(cfg)
@@ -214,6 +244,10 @@ def check_transfer_config(cfg: TransferConfig) -> tuple[RLConfig, TrainConfig | 
             if not refine.base_valid and refine.valid_fraction == 0:
                 raise ConfigError("config key 'refine.valid_fraction': the fine-tunes need validation data; give "
                                   "refine.base_valid or a positive valid_fraction")
+        # Each round's ground-truth budget must hold whole trajectories (rounds of one stage are alike).
+        for k in [0] + [stage.from_round for stage in cfg.stages]:
+            round_cfg = cfg.for_round(k)
+            round_cfg.refine.data_parts(ppo_env_steps(round_cfg, rl_cfg))
         for path in cfg.model_paths:
             check_init_from(train_cfg, path, loaded[path])  # the first fine-tune runs after hours of PPO
     return rl_cfg, train_cfg

@@ -300,6 +300,32 @@ def test_faithful_loop_trains_in_one_model_and_checks_its_inputs(tiny, tmp_path,
     assert not (tmp_path / "x" / "loop.json").exists()
 
 
+def test_a_rounds_ground_truth_data_stays_within_its_budget_in_whole_trajectories(tiny, tmp_path):
+    """The split of a round's ground-truth budget: the validation share rounds to whole trajectories without going
+    over the budget (one where the training part keeps one, none where the base validation data stand alone), and
+    a budget that cannot hold the data the fine-tunes need fails when the loop starts, naming the key."""
+    _, (a, _), _ = tiny
+    refine = loop_config(tmp_path, a).refine  # gt_fraction 0.5, valid_fraction 0.25, base_valid given
+    shipped = replace(refine, gt_fraction=0.1, valid_fraction=0.1, trajectory_length=100)
+    # An Ant round of the shipped recipe: 1828 + 203 trajectories, as the split by transitions gave before.
+    assert shipped.data_parts(2_031_616) == {"train": 182_844, "valid": 20_317}
+    long = replace(refine, trajectory_length=100)
+    # 128 transitions: one trajectory of 100 for training and none held out (whole ones would be 200 > 128).
+    assert long.data_parts(256) == {"train": 128, "valid": 0}
+    assert long.data_parts(400) == {"train": 100, "valid": 100}  # 200: one of each
+    assert replace(refine, trajectory_length=10).data_parts(256) == {"train": 96, "valid": 32}
+    with pytest.raises(ConfigError, match="refine.base_valid"):
+        replace(long, base_valid=[]).data_parts(256)
+    with pytest.raises(ConfigError, match=r"'refine.gt_fraction': 0.5 of a round's 128 PPO env-steps is 64 .*"
+                                          r"less than one trajectory of refine.trajectory_length 100"):
+        long.data_parts(128)
+    # In a loop: refused before its first PPO round (8 envs x 32 steps x 1 epoch = 256 env-steps, 0.1 of them).
+    cfg = loop_config(tmp_path, a, refine={**asdict(refine), "gt_fraction": 0.1, "trajectory_length": 100})
+    with pytest.raises(ConfigError, match="0.1 of a round's 256 PPO env-steps is 25 ground-truth transitions"):
+        run_transfer_loop(cfg, tmp_path / "x", progress=False)
+    assert not (tmp_path / "x").exists()
+
+
 def test_resumes_and_starts_that_cannot_be_honoured_are_one_error_and_lose_nothing(tiny, tmp_path, monkeypatch):
     """What a loop directory refuses, and what it keeps: a resume of nothing creates nothing; a model of another robot
     or a file that is no checkpoint fails before anything runs; a resume of another config names what differs; new
