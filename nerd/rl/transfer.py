@@ -188,8 +188,8 @@ def _ppo_round(cfg: TransferConfig, rl_cfg: RLConfig, models: list[str], previou
         return record["policy"]
     run_cfg = copy.deepcopy(rl_cfg)
     run_cfg.env.nerd_model_path = models[0] if len(models) == 1 else list(models)
-    per_round = cfg.for_round(k).epochs_per_round
-    epochs = state.end_epoch(k - 1) + per_round
+    round_cfg = cfg.for_round(k)
+    epochs = state.end_epoch(k - 1) + round_cfg.epochs_per_round
     if progress:
         where = f"NeRD ({', '.join(models)})" if cfg.ppo_simulator == NEURAL else "the ground truth"
         print(f"round {k}: PPO in {where} up to epoch {epochs}", flush=True)
@@ -201,7 +201,7 @@ def _ppo_round(cfg: TransferConfig, rl_cfg: RLConfig, models: list[str], previou
         record["ppo_resumed_from_epoch"] = summary["resumed_from_epoch"]
     record.update(policy=summary["last_checkpoint"], ppo_epoch_end=epochs, nerd_models=list(models),
                   ppo_simulator=cfg.ppo_simulator,
-                  ppo_env_steps=ppo_env_steps(cfg.for_round(k), run_cfg),
+                  ppo_env_steps=ppo_env_steps(round_cfg, run_cfg),
                   ppo_seconds=summary["train_seconds"],
                   train_reward=summary["epochs"][-1]["mean_episode_reward"] if summary["epochs"] else None)
     state.save()

@@ -236,7 +236,9 @@ def check_transfer_config(cfg: TransferConfig) -> tuple[RLConfig, TrainConfig | 
         train_cfg = load_config(cfg.refine.train_cfg, TrainConfig, cfg.refine.train_overrides)
         if train_cfg.env_name != rl_cfg.env.robot:
             raise UserError(f"refine.train_cfg trains {train_cfg.env_name}, but the task is {rl_cfg.env.robot}'s")
-        for refine in [cfg.refine] + [cfg.for_round(stage.from_round).refine for stage in cfg.stages]:
+        # The settings of round 0 and of each stage (the rounds of one stage are alike).
+        for round_cfg in [cfg] + [cfg.for_round(stage.from_round) for stage in cfg.stages]:
+            refine = round_cfg.refine
             for path in refine.base_train + refine.base_valid:
                 if not Path(path).exists():
                     raise FileNotFoundError(f"dataset not found: {path} (refine.base_train / refine.base_valid)")
@@ -244,10 +246,7 @@ def check_transfer_config(cfg: TransferConfig) -> tuple[RLConfig, TrainConfig | 
             if not refine.base_valid and refine.valid_fraction == 0:
                 raise ConfigError("config key 'refine.valid_fraction': the fine-tunes need validation data; give "
                                   "refine.base_valid or a positive valid_fraction")
-        # Each round's ground-truth budget must hold whole trajectories (rounds of one stage are alike).
-        for k in [0] + [stage.from_round for stage in cfg.stages]:
-            round_cfg = cfg.for_round(k)
-            round_cfg.refine.data_parts(ppo_env_steps(round_cfg, rl_cfg))
+            refine.data_parts(ppo_env_steps(round_cfg, rl_cfg))  # the budget holds whole trajectories
         for path in cfg.model_paths:
             check_init_from(train_cfg, path, loaded[path])  # the first fine-tune runs after hours of PPO
     return rl_cfg, train_cfg
