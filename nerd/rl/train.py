@@ -107,6 +107,7 @@ class ProgressObserver(DefaultAlgoObserver):
             # would leave the only recent state half-written.
             state = self.algo.get_full_state_weights()
             state["nerd_progress"] = {"history": self.history, "episodes": self.episodes, "diverged": self.diverged}
+            state[EPISODE_STATS] = episode_stats(self.algo)
             tmp = self.checkpoint.with_name(self.checkpoint.name + ".tmp")
             torch.save(state, tmp)
             os.replace(tmp, self.checkpoint)
@@ -146,6 +147,30 @@ class ProgressObserver(DefaultAlgoObserver):
                   file=self.stream or sys.stdout, flush=True)
 
 
+EPISODE_STATS = "nerd_episode_stats"
+"""Where a periodic state keeps rl-games' windows of the last episodes' rewards and lengths (:func:`episode_stats`)."""
+_EPISODE_METERS = ("game_rewards", "game_shaped_rewards", "game_lengths")
+
+
+def episode_stats(agent) -> dict[str, dict[str, Any]]:
+    """rl-games' running windows of the last finished episodes (reward, shaped reward, length) as plain values.
+
+    rl-games keeps them out of its checkpoints. A resumed run's environments start fresh episodes, so without them
+    its first reports (and a transfer round's ``train_reward``) would average only the episodes that ended early
+    after the resume: an ANYmal round resumed 8 epochs before its end recorded 172 where it trained at 1238."""
+    return {name: {"mean": getattr(agent, name).mean.detach().cpu().clone(),
+                   "size": int(getattr(agent, name).current_size)} for name in _EPISODE_METERS}
+
+
+def restore_episode_stats(agent, stats: dict[str, dict[str, Any]] | None) -> None:
+    """Put :func:`episode_stats` back into ``agent``'s windows (nothing for a state saved without them)."""
+    for name, saved in (stats or {}).items():
+        if name in _EPISODE_METERS:
+            meter = getattr(agent, name)
+            meter.mean = saved["mean"].to(meter.mean.device, meter.mean.dtype).reshape(meter.mean.shape)
+            meter.current_size = min(int(saved["size"]), int(meter.max_size))
+
+
 def _seed_everything(seed: int) -> None:
     # rl-games seeds only when the seed is truthy, so seed 0 would go unseeded.
     random.seed(seed)
@@ -166,9 +191,10 @@ def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: i
 
     ``resume`` continues the run in ``logdir`` itself from the newest state it left (:func:`interrupted_run_state`;
     the run writes its full state to ``nn/resume.pth`` after every ``checkpoint_every``-th epoch, default
-    :data:`RESUME_EVERY_EPOCHS`, 0: never), up to ``max_epochs``: its checkpoints, TensorBoard events and epoch
-    history are kept, its environments start fresh episodes, and the random streams differ from an uninterrupted
-    run's. The summary then has ``resumed_from_epoch``; ``train_seconds`` counts this process only.
+    :data:`RESUME_EVERY_EPOCHS`, 0: never), up to ``max_epochs``: its checkpoints, TensorBoard events, epoch
+    history and window of the last finished episodes (the reported mean reward) are kept, its environments start
+    fresh episodes, and the random streams differ from an uninterrupted run's. The summary then has
+    ``resumed_from_epoch``; ``train_seconds`` counts this process only.
 
     A previous run in ``logdir`` is refused unless ``overwrite``, and replaced only once the new run has
     started (:func:`nerd.run_dir.new_run_dir`). rl-games' own prints are silenced (``NERD_VERBOSE_RL=1`` keeps
@@ -239,6 +265,9 @@ def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: i
                 # step at the initial rate where the schedule had lowered it (a policy collapse, seen on the Franka).
                 agent.last_lr = float(agent.optimizer.param_groups[0]["lr"])
             if resume:
+                # The finished episodes' window goes on where the interrupted run left it; a new run from
+                # init_from (a transfer round in another model) starts its own.
+                restore_episode_stats(agent, resumed_state.get(EPISODE_STATS))
                 _carry_over(logdir)
             if main_rank:
                 agent.writer.add_text("config", "```\n" + yaml.safe_dump(resolved, sort_keys=False) + "\n```")

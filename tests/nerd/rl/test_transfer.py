@@ -456,6 +456,33 @@ def test_a_ppo_round_killed_midway_continues_from_its_last_checkpoint(tiny, tmp_
     assert not (loop / "round_0/ppo" / KEPT_STATE).exists()
 
 
+def test_a_resumed_run_reports_the_episodes_it_finished_before_the_kill(tiny, tmp_path, monkeypatch):
+    """A run killed after its epoch-2 state continues rl-games' window of finished episodes: its first report after
+    the resume averages the episodes of epochs 1-3, not only those that ended after the restart (8 envs each
+    finish one 20-step episode per 32-step epoch; without the window the resumed epoch 3 would count 8 episodes)."""
+    _, (a, _), _ = tiny
+    seen: dict[int, tuple[int, float]] = {}
+    plain = ProgressObserver.after_print_stats
+
+    def stats(self, frame, epoch_num, total_time):
+        seen[epoch_num] = (len(self.algo.game_rewards), float(self.algo.game_rewards.get_mean()[0]))
+        plain(self, frame, epoch_num, total_time)
+        if epoch_num == 2 and not resumed:
+            raise KeyboardInterrupt
+
+    resumed = False
+    monkeypatch.setattr(ProgressObserver, "after_print_stats", stats)
+    with pytest.raises(KeyboardInterrupt):
+        train_policy(rl_config(a), tmp_path / "ppo", max_epochs=3, progress=False, checkpoint_every=1)
+    saved = load_rl_games_checkpoint(tmp_path / "ppo/nn/resume.pth")[rl_train.EPISODE_STATS]
+    assert saved["game_rewards"]["size"] == seen[2][0] > 8
+    assert float(saved["game_rewards"]["mean"][0]) == pytest.approx(seen[2][1])
+    resumed = True
+    summary = train_policy(rl_config(a), tmp_path / "ppo", max_epochs=3, progress=False, resume=True)
+    assert seen[3][0] == seen[2][0] + 8
+    assert summary["epochs"][-1]["mean_episode_reward"] == pytest.approx(seen[3][1])
+
+
 def test_a_finished_loop_is_extended_by_a_resume_with_more_rounds(tiny, tmp_path):
     """rounds 1 -> 2 on a finished loop: round 0 is not trained again, its policy is refined after (data and
     fine-tunes it had none of as the last round), round 1 continues it, and the earlier final evaluation is kept."""
