@@ -106,8 +106,8 @@ class ProgressObserver(DefaultAlgoObserver):
             # rl-games' own periodic saves write a new file each time, and not atomically: a kill mid-write
             # would leave the only recent state half-written.
             state = self.algo.get_full_state_weights()
-            state["nerd_progress"] = {"history": self.history, "episodes": self.episodes, "diverged": self.diverged}
-            state[EPISODE_STATS] = episode_stats(self.algo)
+            state["nerd_progress"] = {"history": self.history, "episodes": self.episodes, "diverged": self.diverged,
+                                      "episode_stats": episode_stats(self.algo)}
             tmp = self.checkpoint.with_name(self.checkpoint.name + ".tmp")
             torch.save(state, tmp)
             os.replace(tmp, self.checkpoint)
@@ -147,8 +147,6 @@ class ProgressObserver(DefaultAlgoObserver):
                   file=self.stream or sys.stdout, flush=True)
 
 
-EPISODE_STATS = "nerd_episode_stats"
-"""Where a periodic state keeps rl-games' windows of the last episodes' rewards and lengths (:func:`episode_stats`)."""
 _EPISODE_METERS = ("game_rewards", "game_shaped_rewards", "game_lengths")
 
 
@@ -267,7 +265,7 @@ def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: i
             if resume:
                 # The finished episodes' window goes on where the interrupted run left it; a new run from
                 # init_from (a transfer round in another model) starts its own.
-                restore_episode_stats(agent, resumed_state.get(EPISODE_STATS))
+                restore_episode_stats(agent, progress_so_far.get("episode_stats"))
                 _carry_over(logdir)
             if main_rank:
                 agent.writer.add_text("config", "```\n" + yaml.safe_dump(resolved, sort_keys=False) + "\n```")
@@ -297,7 +295,8 @@ def train_policy(cfg: RLConfig, logdir: str | Path, device: str = "cpu", seed: i
 
 def _progress_of(state: dict[str, Any], logdir: Path, epoch: int) -> dict[str, Any]:
     """The epoch history (and episode counts) of the run a resumed state belongs to, up to its ``epoch``: kept in
-    the periodic state itself, or, for a finished run's ``last.pth``, in its ``train_summary.json``."""
+    the periodic state itself, with its window of finished episodes (:func:`episode_stats`), or, for a finished
+    run's ``last.pth``, in its ``train_summary.json`` (no window)."""
     progress = state.get("nerd_progress")
     if progress is None and (logdir / "train_summary.json").is_file():
         summary = json.loads((logdir / "train_summary.json").read_text())

@@ -474,7 +474,7 @@ def test_a_resumed_run_reports_the_episodes_it_finished_before_the_kill(tiny, tm
     monkeypatch.setattr(ProgressObserver, "after_print_stats", stats)
     with pytest.raises(KeyboardInterrupt):
         train_policy(rl_config(a), tmp_path / "ppo", max_epochs=3, progress=False, checkpoint_every=1)
-    saved = load_rl_games_checkpoint(tmp_path / "ppo/nn/resume.pth")[rl_train.EPISODE_STATS]
+    saved = load_rl_games_checkpoint(tmp_path / "ppo/nn/resume.pth")["nerd_progress"]["episode_stats"]
     assert saved["game_rewards"]["size"] == seen[2][0] > 8
     assert float(saved["game_rewards"]["mean"][0]) == pytest.approx(seen[2][1])
     resumed = True
