@@ -18,6 +18,8 @@ Without ``refine`` the loop is the faithful recipe: the same PPO, in the same mo
 epoch. With ``ppo_simulator: ground-truth`` it is the control: the same PPO rounds in the analytical simulator.
 After the last round the final policy is evaluated in both simulators (:mod:`nerd.rl.batch_eval`; optionally
 after every round, for the ground-truth reward against compute, and then the last round's table is the final one).
+The final policy is the last round's, or with ``evaluation.select_rounds`` (ours) the best of the last rounds'
+policies by their reward in the final NeRD model(s): a choice made in NeRD alone.
 
 The loop directory holds ``config.yaml`` (the loop as run), ``loop.json`` (what each finished stage produced,
 :mod:`nerd.rl.transfer_record`; the loop resumes from it after an interruption: a finished stage is never run again,
@@ -162,16 +164,23 @@ def _run_loop(cfg: TransferConfig, rl_cfg: RLConfig, train_cfg: TrainConfig | No
                 record["refined_model_error_valid"] = ensemble_calibration(models, data["valid"], device=device)
                 state.save()
     final = state.data.setdefault("final", {})
+    chosen = _select_policy(cfg, state, models, device, progress)
+    if final.get("policy") not in (None, chosen):
+        # Another choice than the one evaluated (its settings changed on a resume).
+        for key in ("eval", "policy", "nerd_models"):
+            final.pop(key, None)
     if "eval" not in final:
         last_eval = logdir / f"round_{cfg.rounds - 1}" / "eval.json"
-        if "eval" in state.round(cfg.rounds - 1) and last_eval.is_file():
+        if chosen == policy and "eval" in state.round(cfg.rounds - 1) and last_eval.is_file():
             # Every round was evaluated: the last round's table is the final policy in the final models.
             table = json.loads(last_eval.read_text())
         else:
-            table = _evaluate(cfg, [policy], models, device, progress)
+            table = _evaluate(cfg, [chosen], models, device, progress)
         table["loop"] = loop_cost(state.data)
+        if "selection" in final:
+            table["selection"] = final["selection"]
         write_table(table, logdir / "eval.json")
-        final.update(eval=_table_cells(table), policy=policy, nerd_models=models)
+        final.update(eval=_table_cells(table), policy=chosen, nerd_models=models)
         state.save()
     else:
         table = json.loads((logdir / "eval.json").read_text())
@@ -275,6 +284,41 @@ def _refine(refine: RefineConfig, train_cfg: TrainConfig, models: list[str], dat
                   finetune_best_valid_loss=losses)
     state.save()
     return refined
+
+
+def _select_policy(cfg: TransferConfig, state: LoopRecord, models: list[str], device: str, progress: bool) -> str:
+    """The final policy: the last round's, or with ``evaluation.select_rounds`` > 1 the one of the last rounds'
+    policies with the highest mean reward in the final models (recorded in ``loop.json``'s ``final.selection``).
+    Every candidate plays from the same initial states, with the last round's RL config (the loop's task)."""
+    ev = cfg.evaluation
+    last = state.round(cfg.rounds - 1)["policy"]
+    if ev.select_rounds == 1:
+        return last
+    final = state.data["final"]
+    if "selection" not in final:
+        rounds = list(range(cfg.rounds - ev.select_rounds, cfg.rounds))
+        candidates = [state.round(k)["policy"] for k in rounds]
+        if progress:
+            print(f"choosing the final policy among rounds {rounds[0]}-{rounds[-1]} in NeRD "
+                  f"({ev.select_games} episodes each)", flush=True)
+        table = batch_evaluate(PolicyEvalConfig(rl_cfg=str(Path(last).parent.parent / "config.yaml"),
+                                                checkpoints=candidates, simulators=[NEURAL],
+                                                nerd_model_path=models[0] if len(models) == 1 else list(models),
+                                                num_games=ev.select_games, num_envs=min(ev.select_games, ev.num_envs),
+                                                seed=ev.select_seed), device, progress)
+        rewards = [row[NEURAL]["mean"] for row in table["rows"][:len(candidates)]]
+        # The later round wins a tie: it has trained longest.
+        best = max(range(len(rounds)), key=lambda i: (rewards[i], i))
+        scored = zip(rounds, candidates, rewards, strict=True)
+        final["selection"] = {"candidates": [{"round": k, "policy": p, "neural_reward": r} for k, p, r in scored],
+                              "round": rounds[best], "policy": candidates[best]}
+        state.save()
+    if progress:
+        selection = final["selection"]
+        print(f"final policy: round {selection['round']}'s ("
+              + ", ".join(f"round {c['round']}: {c['neural_reward']:.1f}" for c in selection["candidates"])
+              + " in NeRD)", flush=True)
+    return final["selection"]["policy"]
 
 
 def _evaluate(cfg: TransferConfig, policies: list[str], models: list[str], device: str, progress: bool

@@ -106,10 +106,20 @@ class LoopEvalConfig:
     """Seed of the initial states (the same in both simulators)."""
     every_round: bool = False
     """Also evaluate every round's policy (each in the models it was trained in), not just the last."""
+    select_rounds: int = 1
+    """The final policy is the best, by its reward in the final NeRD model(s), of the last ``select_rounds``
+    rounds' policies (ours; 1: the last round's, the faithful choice). The choice uses NeRD alone: it guards against
+    a last PPO round that lost reward in its own simulator."""
+    select_games: int = 256
+    """Episodes each candidate plays in NeRD for the choice."""
+    select_seed: int = 600
+    """Seed of the choice's initial states (other ones than the evaluation's, which then also judges the choice)."""
 
     def __post_init__(self) -> None:
         check_range("num_games", self.num_games, low=1)
         check_range("num_envs", self.num_envs, low=1)
+        check_range("select_rounds", self.select_rounds, low=1)
+        check_range("select_games", self.select_games, low=1)
 
 
 STAGE_KEYS = tuple(".".join(key) for key in EXTENSION_KEYS if key != ("stages",))
@@ -169,6 +179,9 @@ class TransferConfig:
         check_range("num_envs", self.num_envs, low=1)
         if not self.nerd_model_path:
             raise ConfigError("config key 'nerd_model_path': name the NeRD model(s) the loop starts from")
+        if self.evaluation.select_rounds > self.rounds:
+            raise ConfigError(f"config key 'evaluation.select_rounds': the final policy is chosen among the last "
+                              f"rounds' policies, at most rounds={self.rounds}, got {self.evaluation.select_rounds}")
         if self.ppo_simulator == GROUND_TRUTH and self.refine is not None:
             raise ConfigError("config key 'refine': a loop whose PPO trains in the ground truth has no model to "
                               "refine; drop 'refine' or set ppo_simulator: neural")

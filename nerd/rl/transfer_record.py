@@ -19,7 +19,9 @@ from nerd.run_dir import write_text_atomic
 
 STATE_FILE = "loop.json"
 """The loop's record of its finished stages, in the loop directory."""
-ADDED_KEYS = {("ppo_simulator",): NEURAL, ("refine", "policy_weight"): 1.0, ("stages",): []}
+ADDED_KEYS = {("ppo_simulator",): NEURAL, ("refine", "policy_weight"): 1.0, ("stages",): [],
+              ("evaluation", "select_rounds"): 1, ("evaluation", "select_games"): 256,
+              ("evaluation", "select_seed"): 600}
 """Config keys added after loops were recorded, with the value those loops ran with (a resume compares configs; a
 key of a section is added where the loop has that section)."""
 
@@ -68,6 +70,9 @@ class LoopRecord:
                 self.data.pop("final", None)
                 for record in self.data["rounds"]:
                     record.pop("eval", None)
+            elif _selection_settings(old) != _selection_settings(config) and "final" in self.data:
+                # The final policy is chosen again; its evaluation stays if the choice is the same policy.
+                self.data["final"].pop("selection", None)
             self.config_changed = _with_added_keys(config) != old
             if config["rounds"] < old["rounds"]:
                 # A loop still running may end sooner (and be extended again later): every stage it has run
@@ -157,9 +162,20 @@ def _relocated(value: Any, old: str, new: str) -> Any:
     return value
 
 
+SELECTION_KEYS = ("select_rounds", "select_games", "select_seed")
+"""The evaluation settings of the final policy's choice (:class:`~nerd.rl.transfer_config.LoopEvalConfig`)."""
+
+
 def _evaluation_settings(config: dict[str, Any]) -> dict[str, Any]:
-    """What an evaluation's numbers depend on: the evaluation section without ``every_round``."""
-    return {k: v for k, v in (config.get("evaluation") or {}).items() if k != "every_round"}
+    """What an evaluation's numbers depend on: the evaluation section without ``every_round`` and the choice of the
+    final policy."""
+    return {k: v for k, v in (config.get("evaluation") or {}).items()
+            if k != "every_round" and k not in SELECTION_KEYS}
+
+
+def _selection_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """What the choice of the final policy depends on."""
+    return {k: v for k, v in (config.get("evaluation") or {}).items() if k in SELECTION_KEYS}
 
 
 def _with_added_keys(config: dict[str, Any]) -> dict[str, Any]:

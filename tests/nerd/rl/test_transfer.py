@@ -269,6 +269,54 @@ def test_transfer_loop_refines_the_models_resumes_and_reports_its_cost(tiny, tmp
     assert json.loads((tmp_path / "loop/loop.json").read_text())["rounds"][0]["refined_models"] == refined
 
 
+def test_the_final_policy_may_be_chosen_among_the_last_rounds_in_nerd(tiny, tmp_path, monkeypatch):
+    """evaluation.select_rounds: the candidates play in the final model only (never the ground truth), the best
+    wins and is the one the final table evaluates; a resume that changes the choice's settings re-evaluates only
+    when the choice changes; more candidates than rounds is a config error."""
+    _, (a, _), _ = tiny
+    loop = tmp_path / "loop"
+    evaluation = {"num_games": 4, "num_envs": 4}
+    run_transfer_loop(loop_config(tmp_path, a, refine=None), loop, progress=False)
+    state = json.loads((loop / "loop.json").read_text())
+    first, second = (r["policy"] for r in state["rounds"])
+    assert state["final"]["policy"] == second and "selection" not in state["final"]
+    played = []
+    plain = transfer.batch_evaluate
+
+    def round_0_best(cfg, *args, **kwargs):
+        played.append((cfg.checkpoints, cfg.simulators, cfg.seed, cfg.num_games))
+        table = plain(cfg, *args, **kwargs)
+        if cfg.simulators == ["neural"]:
+            table["rows"][0]["neural"]["mean"] = table["rows"][1]["neural"]["mean"] + 1.0
+        return table
+
+    monkeypatch.setattr(transfer, "batch_evaluate", round_0_best)
+    table = run_transfer_loop(loop_config(tmp_path, a, refine=None,
+                                          evaluation={**evaluation, "select_rounds": 2, "select_games": 3}),
+                              loop, resume=True, progress=False)
+    assert played[0] == ([first, second], ["neural"], 600, 3)
+    assert played[1][0] == [first] and len(played) == 2
+    state = json.loads((loop / "loop.json").read_text())
+    selection = state["final"]["selection"]
+    assert selection["round"] == 0 and state["final"]["policy"] == first == table["rows"][0]["policy"]
+    assert [c["round"] for c in selection["candidates"]] == [0, 1] and table["selection"] == selection
+    # Another choice's settings, the same choice: the final table stays.
+    played.clear()
+    run_transfer_loop(loop_config(tmp_path, a, refine=None,
+                                  evaluation={**evaluation, "select_rounds": 2, "select_games": 2}),
+                      loop, resume=True, progress=False)
+    assert len(played) == 1 and played[0][1] == ["neural"]
+    # Back to the last round's policy: evaluated again, with no choice made.
+    played.clear()
+    monkeypatch.setattr(transfer, "batch_evaluate", plain)
+    table = run_transfer_loop(loop_config(tmp_path, a, refine=None, evaluation=evaluation), loop, resume=True,
+                              progress=False)
+    state = json.loads((loop / "loop.json").read_text())
+    assert state["final"]["policy"] == second == table["rows"][0]["policy"] and "selection" not in state["final"]
+    with pytest.raises(ConfigError, match="evaluation.select_rounds"):
+        loop_config(tmp_path, a, evaluation={**evaluation, "select_rounds": 3})
+
+
 def killed(*args, **kwargs):
     raise KeyboardInterrupt
 
