@@ -38,7 +38,7 @@ from nerd.checkpoint import read_checkpoint
 from nerd.cli import run_main
 from nerd.config import ConfigError, check_range, from_dict, load_config, to_dict
 from nerd.errors import UserError
-from nerd.run_dir import write_text_atomic
+from nerd.run_dir import ExclusiveLock, write_text_atomic
 from nerd.training import RUN_CHECKPOINT, TrainConfig, train
 
 CASES = ("pendulum", "ant")
@@ -294,15 +294,23 @@ def ground_truth_rewards(case: AntCase, logdir: Path, device: str, progress: boo
     path = logdir / "ant" / "ground_truth.json"
     settings = {"policies": [to_dict(p) for p in case.policies], "num_games": case.num_games, "seed": case.seed,
                 "episode_length": case.episode_length}
-    if path.is_file():
-        stored = json.loads(path.read_text())
-        if stored.get("settings") == settings:
-            say(f"ant/ground truth: evaluated ({path}), not rerun")
-            return stored["rewards"]
-    say(f"ant/ground truth: {len(case.policies)} policies x {case.num_games} episodes")
-    rewards = _policy_rewards(case, GROUND_TRUTH, None, device, progress)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, json.dumps({"settings": settings, "rewards": rewards}, indent=2))
+
+    def stored() -> list[dict[str, Any]] | None:
+        record = json.loads(path.read_text()) if path.is_file() else {}
+        return record["rewards"] if record.get("settings") == settings else None
+
+    if (rewards := stored()) is not None:
+        say(f"ant/ground truth: evaluated ({path}), not rerun")
+        return rewards
+    lock = _work_lock(path.parent, "ground_truth", "ant/ground truth")
+    try:
+        if (rewards := stored()) is not None:  # finished by another process while this one waited for the lock
+            return rewards
+        say(f"ant/ground truth: {len(case.policies)} policies x {case.num_games} episodes")
+        rewards = _policy_rewards(case, GROUND_TRUTH, None, device, progress)
+        write_text_atomic(path, json.dumps({"settings": settings, "rewards": rewards}, indent=2))
+    finally:
+        lock.release()
     return rewards
 
 
@@ -345,39 +353,70 @@ def _stale_reason(case: PendulumCase | AntCase, stored: dict[str, Any],
     return None
 
 
+def _work_lock(folder: Path, name: str, what: str) -> ExclusiveLock:
+    """The lock a process holds while it trains or evaluates ``what`` (``<folder>/.<name>.study.lock``): processes
+    with their own ``--only`` variants share a study's directory, and two on the same work would race."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return ExclusiveLock(folder / f".{name}.study.lock",
+                         f"another process is training or evaluating {what} in {folder}; give each process its own "
+                         "variants (--only), after the reference, and gather the table once they have finished")
+
+
+def _stored_evaluation(case: PendulumCase | AntCase, path: Path, ground_truth: list[dict[str, Any]] | None,
+                       say_why: bool) -> dict[str, Any] | None:
+    """The evaluation stored in ``path`` if it is one of the spec's (None if there is none, or it is stale)."""
+    if not path.is_file():
+        return None
+    stored = json.loads(path.read_text())
+    reason = _stale_reason(case, stored, ground_truth)
+    if reason is not None and say_why:
+        say(f"{path.parent.parent.name}/{path.parent.name}: evaluated with {reason} than the spec's; evaluating again")
+    return stored if reason is None else None
+
+
 def run_case(spec: AblationSpec, case_name: str, variants: list[str], logdir: Path, device: str, progress: bool
              ) -> dict[str, dict[str, Any]]:
-    """Train and evaluate ``variants`` in one case (each step skipped where it is done); their evaluations."""
+    """Train and evaluate ``variants`` in one case (each step skipped where it is done); their evaluations.
+
+    A variant with work left is locked while this process works on it; a variant another process is working on is
+    refused (:class:`UserError`), a finished one is read without the lock.
+    """
     case = spec.case(case_name)
     results = {}
     ground_truth = None
     for index, variant in enumerate(variants):
         run = logdir / case_name / variant
-        say(f"[{index + 1}/{len(variants)}] {case_name}/{variant}")
-        checkpoint = train_variant(spec, case_name, variant, run, device, progress)
         path = run / EVAL_FILE
-        if case_name == "ant":
-            ground_truth = ground_truth or ground_truth_rewards(case, logdir, device, progress)
-        if path.is_file():
-            stored = json.loads(path.read_text())
-            reason = _stale_reason(case, stored, ground_truth)
-            if reason is None:
+        say(f"[{index + 1}/{len(variants)}] {case_name}/{variant}")
+        lock = None if (run / "summary.yaml").is_file() else _work_lock(run.parent, variant, f"{case_name}/{variant}")
+        try:
+            checkpoint = train_variant(spec, case_name, variant, run, device, progress)
+            if case_name == "ant":
+                ground_truth = ground_truth or ground_truth_rewards(case, logdir, device, progress)
+            stored = _stored_evaluation(case, path, ground_truth, say_why=False)
+            if stored is None and lock is None:
+                lock = _work_lock(run.parent, variant, f"{case_name}/{variant}")
+                # Another process may have finished the evaluation before this one took the lock.
+                stored = _stored_evaluation(case, path, ground_truth, say_why=True)
+            if stored is not None:
                 say(f"{case_name}/{variant}: evaluated ({path}), not rerun")
                 results[variant] = stored
                 continue
-            say(f"{case_name}/{variant}: evaluated with {reason} than the spec's; evaluating again")
-        torch.set_num_threads(spec.threads)
-        if case_name == "pendulum":
-            say(f"{case_name}/{variant}: {case.rollouts} rollouts x {case.horizon} steps")
-            result = evaluate_pendulum(case, checkpoint, device, progress)
-        else:
-            say(f"{case_name}/{variant}: {len(case.policies)} policies x {case.num_games} episodes")
-            result = evaluate_ant(case, checkpoint, ground_truth, device, progress)
-        result["overrides"] = spec.variants[variant]
-        result["settings"] = eval_settings(case)
-        write_text_atomic(path, json.dumps(result, indent=2))
-        say(f"{case_name}/{variant}: error {result['error']:.5g}")
-        results[variant] = result
+            torch.set_num_threads(spec.threads)
+            if case_name == "pendulum":
+                say(f"{case_name}/{variant}: {case.rollouts} rollouts x {case.horizon} steps")
+                result = evaluate_pendulum(case, checkpoint, device, progress)
+            else:
+                say(f"{case_name}/{variant}: {len(case.policies)} policies x {case.num_games} episodes")
+                result = evaluate_ant(case, checkpoint, ground_truth, device, progress)
+            result["overrides"] = spec.variants[variant]
+            result["settings"] = eval_settings(case)
+            write_text_atomic(path, json.dumps(result, indent=2))
+            say(f"{case_name}/{variant}: error {result['error']:.5g}")
+            results[variant] = result
+        finally:
+            if lock is not None:
+                lock.release()
     return results
 
 

@@ -10,6 +10,7 @@ import yaml
 
 from nerd.checkpoint import load_checkpoint
 from nerd.generation import GenerationConfig, generate_dataset
+from nerd.run_dir import ExclusiveLock
 from tests.helpers import REPO, error_lines, run_script
 
 SCRIPT = "studies/ablation/ablation.py"
@@ -118,6 +119,21 @@ def test_the_study_runs_end_to_end_and_resumes(data, tmp_path, monkeypatch, caps
     assert "pendulum/absolute: left out of the table (other horizon" in out
     record = json.loads((runs / "ablation.json").read_text())
     assert record["results"]["pendulum"]["e2e"]["horizon"] == 6 and "absolute" not in record["results"]["pendulum"]
+
+    # Another process at work on a variant (its lock held here) refuses the work at once, before touching it; a
+    # finished variant is still read, so processes with their own --only share the directory.
+    stale = (runs / "pendulum" / "absolute" / "ablation_eval.json").read_text()
+    held = ExclusiveLock(runs / "pendulum" / ".absolute.study.lock", "held by the test")
+    try:
+        code, out, err = run(tmp_path, longer, monkeypatch, capsys, "--only", "absolute", "--cases", "pendulum")
+        assert code == 1 and "another process is training or evaluating pendulum/absolute" in "".join(
+            error_lines(err)), err[-3000:]
+        assert (runs / "pendulum" / "absolute" / "ablation_eval.json").read_text() == stale
+        code, out, err = run(tmp_path, longer, monkeypatch, capsys, "--only", "e2e", "--cases", "pendulum")
+        torch.set_num_threads(torch_threads)
+        assert code == 0 and "pendulum/e2e: evaluated" in out, err[-3000:]
+    finally:
+        held.release()
 
 
 def test_a_bad_spec_names_its_key(tmp_path, monkeypatch, capsys):
