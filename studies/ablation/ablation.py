@@ -362,16 +362,15 @@ def _work_lock(folder: Path, name: str, what: str) -> ExclusiveLock:
                          "variants (--only), after the reference, and gather the table once they have finished")
 
 
-def _stored_evaluation(case: PendulumCase | AntCase, path: Path, ground_truth: list[dict[str, Any]] | None,
-                       say_why: bool) -> dict[str, Any] | None:
-    """The evaluation stored in ``path`` if it is one of the spec's (None if there is none, or it is stale)."""
+def _stored_evaluation(case: PendulumCase | AntCase, path: Path, ground_truth: list[dict[str, Any]] | None
+                       ) -> tuple[dict[str, Any] | None, str | None]:
+    """The evaluation stored in ``path`` if it is one of the spec's, else None and why it is stale (None if there is
+    no evaluation)."""
     if not path.is_file():
-        return None
+        return None, None
     stored = json.loads(path.read_text())
     reason = _stale_reason(case, stored, ground_truth)
-    if reason is not None and say_why:
-        say(f"{path.parent.parent.name}/{path.parent.name}: evaluated with {reason} than the spec's; evaluating again")
-    return stored if reason is None else None
+    return (stored, None) if reason is None else (None, reason)
 
 
 def run_case(spec: AblationSpec, case_name: str, variants: list[str], logdir: Path, device: str, progress: bool
@@ -393,15 +392,17 @@ def run_case(spec: AblationSpec, case_name: str, variants: list[str], logdir: Pa
             checkpoint = train_variant(spec, case_name, variant, run, device, progress)
             if case_name == "ant":
                 ground_truth = ground_truth or ground_truth_rewards(case, logdir, device, progress)
-            stored = _stored_evaluation(case, path, ground_truth, say_why=False)
+            stored, stale = _stored_evaluation(case, path, ground_truth)
             if stored is None and lock is None:
                 lock = _work_lock(run.parent, variant, f"{case_name}/{variant}")
                 # Another process may have finished the evaluation before this one took the lock.
-                stored = _stored_evaluation(case, path, ground_truth, say_why=True)
+                stored, stale = _stored_evaluation(case, path, ground_truth)
             if stored is not None:
                 say(f"{case_name}/{variant}: evaluated ({path}), not rerun")
                 results[variant] = stored
                 continue
+            if stale is not None:
+                say(f"{case_name}/{variant}: evaluated with {stale} than the spec's; evaluating again")
             torch.set_num_threads(spec.threads)
             if case_name == "pendulum":
                 say(f"{case_name}/{variant}: {case.rollouts} rollouts x {case.horizon} steps")
